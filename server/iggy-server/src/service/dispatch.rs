@@ -1037,11 +1037,11 @@ async fn logout(
 
 // ----- replicated metadata ops -----
 
-/// The permission a metadata op of `user` needs, resolved against the current state.
-/// What metadata op `operation` of `user` needs. One naming a stream, topic or user that is
-/// missing is judged first as if it existed: a user without the grant is refused (41) whether
-/// or not the target exists, so a write learns nothing the reads hide; one with it is told what
-/// is missing.
+/// What metadata op `operation` of `user` needs, resolved against the current state. One naming
+/// a stream, topic or user that is missing is judged first as if it existed (where the copy
+/// is the latest word, [`copy_is_latest`]): a user without the grant is refused (41) whether or
+/// not the target exists, so a write learns nothing the reads hide; one with it is told what is
+/// missing.
 fn metadata_need(
     node: &Node,
     operation: Operation,
@@ -1055,7 +1055,7 @@ fn metadata_need(
     };
     match need {
         Ok(need) => need.ok_or(ErrorCode::FeatureUnavailable),
-        Err(missing) => {
+        Err(missing) if copy_is_latest(node) => {
             let metadata = node.shared.metadata.borrow();
             if let Ok(Some(need)) = need_whatever_the_target(&metadata, operation, user, body) {
                 drop(metadata);
@@ -1063,7 +1063,21 @@ fn metadata_need(
             }
             Err(missing)
         }
+        Err(missing) => Err(missing),
     }
+}
+
+/// Whether this node's metadata copy is the history's latest word, so that a name it lacks is
+/// missing: a standalone node's, or the metadata primary's leading its view. A backup's copy
+/// may lag (a topic created a moment ago); a name it lacks is answered missing, which the
+/// official client asks elsewhere about, never refused for a grant the copy may not hold yet
+/// (41, final).
+fn copy_is_latest(node: &Node) -> bool {
+    if node.shared.plane.is_none() {
+        return true;
+    }
+    let role = node.metadata.figures().role();
+    role.is_primary(node.shared.replica_id) && role.in_touch && role.applied_view_log
 }
 
 async fn metadata_write(
@@ -1228,8 +1242,9 @@ fn resolve_partition(
 }
 
 /// [`resolve_partition`] for `user`, whose request needs any of `needs` on the topic: a
-/// missing stream, topic or partition is judged first as if it existed (see `metadata_need`),
-/// so a user who may not make the request learns nothing of what exists (41 either way).
+/// missing stream, topic or partition is judged first as if it existed (see `metadata_need`,
+/// and where [`copy_is_latest`]), so a user who may not make the request learns nothing of what
+/// exists (41 either way).
 fn resolve_partition_for(
     node: &Node,
     (user, needs): (u32, Needs),
@@ -1238,6 +1253,9 @@ fn resolve_partition_for(
     partition: Option<u32>,
 ) -> Result<PartitionKey, ErrorCode> {
     resolve_partition(node, stream, topic, partition).or_else(|missing| {
+        if !copy_is_latest(node) {
+            return Err(missing);
+        }
         let assumed = iggy_metadata::permissions::topic_whatever_exists(
             &node.shared.metadata.borrow(),
             stream,
