@@ -818,9 +818,14 @@ fn writable_data_dir(path: &std::path::Path) -> Result<(), String> {
     };
     Err(format!(
         "{what}: not writable by this process (uid {}): {error}",
-        // SAFETY: getuid(2) cannot fail.
-        unsafe { libc::getuid() }
+        process_uid()
     ))
+}
+
+/// The user this process runs as, named in refusals of files it may not use.
+fn process_uid() -> u32 {
+    // SAFETY: getuid(2) cannot fail.
+    unsafe { libc::getuid() }
 }
 
 /// Whether this process may access `path` as `mode` asks (access(2)); a path that is no C
@@ -882,8 +887,7 @@ fn entries_read_and_writable(root: &std::path::Path) -> Result<(), String> {
         "the data directory {} holds {count} entries this process (uid {}) may not read and \
          write: {}{more}; give them to the user the server runs as (chown -R)",
         root.display(),
-        // SAFETY: getuid(2) cannot fail.
-        unsafe { libc::getuid() },
+        process_uid(),
         refused.join(", ")
     ))
 }

@@ -186,20 +186,26 @@ pub fn topic_whatever_exists(
     stream: &Identifier<'_>,
     topic: &Identifier<'_>,
 ) -> Result<(u32, u32), ErrorCode> {
-    let found = |id: Result<u32, ErrorCode>| match id {
-        Err(error) if is_not_found(error) => Ok(NO_SUCH_ID),
-        id => id,
-    };
-    let stream = found(metadata.stream(&ident(stream)?).map(|s| s.id))?;
+    let stream = or_no_such_id(metadata.stream(&ident(stream)?).map(|s| s.id))?;
     if stream == NO_SUCH_ID {
         return Ok((NO_SUCH_ID, NO_SUCH_ID));
     }
     let topic = metadata.topic(&Ident::Id(stream), &ident(topic)?);
-    Ok((stream, found(topic.map(|(_, t)| t.id))?))
+    Ok((stream, or_no_such_id(topic.map(|(_, t)| t.id))?))
 }
 
-fn is_not_found(error: ErrorCode) -> bool {
-    error == ErrorCode::ResourceNotFound || error.name().ends_with("NotFound")
+/// `found`, with a not-found error as [`NO_SUCH_ID`].
+fn or_no_such_id(found: Result<u32, ErrorCode>) -> Result<u32, ErrorCode> {
+    match found {
+        Err(error) if is_not_found(error) => Ok(NO_SUCH_ID),
+        found => found,
+    }
+}
+
+/// Whether `error` says a named resource does not exist (`ResourceNotFound`, `StreamIdNotFound`,
+/// …): the codes whose names end so.
+pub fn is_not_found(error: ErrorCode) -> bool {
+    error.name().ends_with("NotFound")
 }
 
 fn need_resolved(
@@ -209,9 +215,9 @@ fn need_resolved(
     request: &[u8],
     assume_targets: bool,
 ) -> Result<Option<Need>, ErrorCode> {
-    let assumed = |found: Result<u32, ErrorCode>| match found {
-        Err(error) if assume_targets && is_not_found(error) => Ok(NO_SUCH_ID),
-        found => found,
+    let assumed = |found: Result<u32, ErrorCode>| match assume_targets {
+        true => or_no_such_id(found),
+        false => found,
     };
     let stream_of = |id: &Identifier<'_>| assumed(metadata.stream(&ident(id)?).map(|s| s.id));
     let topic_of = |s: &Identifier<'_>, t: &Identifier<'_>| match assume_targets {

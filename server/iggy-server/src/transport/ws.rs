@@ -11,9 +11,7 @@ use crate::runtime::body_budget::BodyPermit;
 use crate::runtime::node::Node;
 use crate::service::frame::HEADER_SIZE;
 use bytes::Bytes;
-use compio::BufResult;
 use compio::buf::IntoInner;
-use compio::io::AsyncRead;
 use compio::net::{TcpListener, TcpStream};
 use compio::tls::{MaybeTlsStream, TlsAcceptor};
 use compio::ws::tungstenite;
@@ -254,18 +252,7 @@ impl MessageLink {
             // socket with unread bytes makes the kernel answer with a reset, which can reach
             // the peer before it reads the close frame; what it sends is read out first, for
             // a bounded time.
-            let drain = async {
-                let mut buffer = Vec::with_capacity(64 * 1024);
-                loop {
-                    let BufResult(read, returned) =
-                        self.ws().get_mut().get_mut().read(buffer).await;
-                    buffer = returned;
-                    buffer.clear();
-                    if !matches!(read, Ok(n) if n > 0) {
-                        break;
-                    }
-                }
-            };
+            let drain = connection_loop::discard(self.ws().get_mut().get_mut(), usize::MAX);
             let _ = compio::time::timeout(Duration::from_secs(1), drain).await;
         }
     }

@@ -168,7 +168,7 @@ fn status_of(error: ErrorCode) -> u16 {
         E::TransientNotAccepted => 503,
         // The partition exists; its files on this node are damaged or unreadable.
         E::CannotOpenPartitionLogFile => 500,
-        e if e == E::ResourceNotFound || e.name().ends_with("NotFound") => 404,
+        e if iggy_metadata::permissions::is_not_found(e) => 404,
         _ => 400,
     }
 }
