@@ -93,10 +93,15 @@ fn damage_record(path: &Path, index: usize) {
 
 /// `iggy-server verify` of `data`, which must exit 1 (an error found): its report.
 fn verify_finds_errors(data: &Path) -> String {
+    verify_exits(data, 1)
+}
+
+/// `verify` on `data`, which must exit `code`; its report.
+fn verify_exits(data: &Path, code: i32) -> String {
     let verified =
         tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], data));
     let report = String::from_utf8_lossy(&verified.stdout).into_owned();
-    assert_eq!(verified.status.code(), Some(1), "{report}");
+    assert_eq!(verified.status.code(), Some(code), "{report}");
     report
 }
 
@@ -201,14 +206,7 @@ async fn a_standalone_metadata_journal_damaged_in_the_middle_is_refused_until_th
     damage_record(&journal, records - 3);
     let before = tree(&data);
 
-    let verified =
-        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
-    assert_eq!(
-        verified.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&verified.stdout)
-    );
+    verify_finds_errors(&data);
 
     refused_alone_saying(
         &data,
@@ -542,14 +540,7 @@ async fn verify_reports_a_live_partition_whose_directory_is_gone() {
     let mut server = TestServer::start();
     let (_stream, _topic, partition) = stopped_holding(&mut server, 3).await;
     let data = server.data_dir();
-    let clean =
-        tokio::task::block_in_place(|| run(&["verify", "--path", data.to_str().unwrap()], &data));
-    assert_eq!(
-        clean.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&clean.stdout)
-    );
+    verify_exits(&data, 0);
     let kept = tempfile::tempdir().unwrap();
     std::fs::rename(&partition, kept.path().join("0")).unwrap();
 
