@@ -423,9 +423,14 @@ fn skewed_clock_library() -> std::path::PathBuf {
     BUILT
         .get_or_init(|| {
             let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/support/skewed_clock.c");
-            let library = std::env::temp_dir().join(format!("iggy-e2e-skewed-clock-{}.so", std::process::id()));
-            let built = std::process::Command::new("cc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(&library).arg(&source).arg("-ldl").output().expect("run cc");
+            // Built beside the test binaries, under one name: each process builds its own copy
+            // and renames it over the last (a loaded copy lives on), so none is left behind.
+            let directory = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+            let building = directory.join(format!("skewed-clock-{}.so", std::process::id()));
+            let built = std::process::Command::new("cc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(&building).arg(&source).arg("-ldl").output().expect("run cc");
             assert!(built.status.success(), "cc {}: {}", source.display(), String::from_utf8_lossy(&built.stderr));
+            let library = directory.join("skewed-clock.so");
+            std::fs::rename(&building, &library).expect("rename the built library into place");
             library
         })
         .clone()
