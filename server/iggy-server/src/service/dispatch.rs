@@ -351,9 +351,20 @@ fn check_request_body(code: u32, version: u32, body: &[u8]) -> Result<(), ErrorC
     }
 }
 
+/// The command an operation carries (the first row naming it), from a table built once: every
+/// request asks, and matching names per request would format one each time.
 fn command_for(operation: Operation) -> Option<&'static CommandInfo> {
-    let name = format!("{operation:?}");
-    commands::COMMANDS.iter().find(|c| c.operation == name)
+    static BY_OPERATION: std::sync::OnceLock<[Option<&'static CommandInfo>; 256]> =
+        std::sync::OnceLock::new();
+    BY_OPERATION.get_or_init(|| {
+        let mut table = [None; 256];
+        for &operation in Operation::ALL {
+            let name = format!("{operation:?}");
+            table[usize::from(operation.to_repr())] =
+                commands::COMMANDS.iter().find(|c| c.operation == name);
+        }
+        table
+    })[usize::from(operation.to_repr())]
 }
 
 // ----- which replica serves -----
@@ -2338,6 +2349,16 @@ async fn settle_auto_commit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_operation_finds_the_first_command_that_names_it() {
+        for &operation in Operation::ALL {
+            let name = format!("{operation:?}");
+            let first = commands::COMMANDS.iter().find(|c| c.operation == name);
+            assert_eq!(command_for(operation).map(|c| c.code), first.map(|c| c.code), "{name}");
+        }
+        assert_eq!(command_for(Operation::SendMessages).map(|c| c.name), Some("message.send"));
+    }
 
     #[test]
     fn a_body_is_judged_against_its_commands_declared_request_in_every_version() {
