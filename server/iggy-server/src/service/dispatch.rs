@@ -2355,9 +2355,16 @@ mod tests {
         for &operation in Operation::ALL {
             let name = format!("{operation:?}");
             let first = commands::COMMANDS.iter().find(|c| c.operation == name);
-            assert_eq!(command_for(operation).map(|c| c.code), first.map(|c| c.code), "{name}");
+            assert_eq!(
+                command_for(operation).map(|c| c.code),
+                first.map(|c| c.code),
+                "{name}"
+            );
         }
-        assert_eq!(command_for(Operation::SendMessages).map(|c| c.name), Some("message.send"));
+        assert_eq!(
+            command_for(Operation::SendMessages).map(|c| c.name),
+            Some("message.send")
+        );
     }
 
     #[test]
