@@ -477,3 +477,80 @@ async fn read_topics_lets_a_user_create_and_delete_consumer_groups() {
     let poller = server.client_as("poller", "poller-secret").await;
     expect_code("poll_messages alone: create group", within("create group", poller.create_consumer_group(&name("s"), &name("t"), "p")).await, 41);
 }
+
+/// A first start given no root credentials (no flag, no variables) prints the root user's
+/// generated password once on stdout, as README says: a line of text, or one JSON object with
+/// a JSON log. The password signs in; the next start on the directory prints nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generated_root_password_is_printed_once_and_signs_in() {
+    use std::io::BufRead;
+    for format in ["text", "json"] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let address = format!("127.0.0.1:{}", free_port());
+        let start = || {
+            let mut command = std::process::Command::new(server_binary());
+            without_shell_settings(&mut command);
+            let mut child = command
+                .current_dir(dir.path())
+                .env("IGGY_TCP_ADDRESS", &address)
+                .env("IGGY_QUIC_ENABLED", "false")
+                .env("IGGY_HTTP_ENABLED", "false")
+                .env("IGGY_WEBSOCKET_ENABLED", "false")
+                .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
+                .env("IGGY_SYSTEM_LOGGING_FORMAT", format)
+                .env_remove("RUST_LOG")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn iggy-server");
+            // Every stdout line, read until the process ends.
+            let stdout = child.stdout.take().expect("piped stdout");
+            let lines = std::thread::spawn(move || std::io::BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
+            (child, lines)
+        };
+        let serving = |child: &mut std::process::Child| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while std::net::TcpStream::connect(&address).is_err() {
+                assert!(child.try_wait().expect("poll the child").is_none(), "{format}: the server exited at start");
+                assert!(std::time::Instant::now() < deadline, "{format}: the server did not serve within 30 s");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        };
+        let stop = |mut child: std::process::Child, lines: std::thread::JoinHandle<Vec<String>>| {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            child.wait().expect("wait for the server");
+            lines.join().expect("stdout reader")
+        };
+
+        let (mut child, lines) = start();
+        serving(&mut child);
+        let printed = stop(child, lines);
+        let password = match format {
+            "text" => {
+                let [line] = &printed[..] else { panic!("one line on stdout: {printed:?}") };
+                let password = line.strip_prefix("root user \"iggy\" generated password: ");
+                password.unwrap_or_else(|| panic!("the password line: {line:?}")).to_string()
+            }
+            _ => {
+                let [line] = &printed[..] else { panic!("one line on stdout: {printed:?}") };
+                let object: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("a JSON object ({e}): {line:?}"));
+                assert_eq!(object["root_user"], "iggy", "{line}");
+                object["generated_password"].as_str().unwrap_or_else(|| panic!("a password: {line}")).to_string()
+            }
+        };
+        assert!(password.len() >= 16, "{format}: a long password: {password:?}");
+
+        let (mut child, lines) = start();
+        serving(&mut child);
+        let client = IggyClient::from_connection_string(&format!("iggy://iggy:{password}@{address}")).expect("connection string");
+        within("connect and sign in with the printed password", client.connect())
+            .await
+            .unwrap_or_else(|e| panic!("{format}: sign in with the printed password: {e}"));
+        ok("a signed-in request", within("get_me", client.get_me()).await);
+        drop(client);
+        let printed = stop(child, lines);
+        assert!(printed.is_empty(), "{format}: nothing printed at the next start: {printed:?}");
+    }
+}

@@ -226,6 +226,18 @@ fn init_logging(logging: &config::Logging, rust_log: Option<&str>) {
     }
 }
 
+/// The generated root password goes to stdout once, never into the log: as a line of text, or
+/// with a JSON log one JSON object, so a collector that parses the node's output as JSON (the
+/// journal holds stdout and stderr alike) reads it too.
+fn print_generated_password(logging: &config::Logging, user: &str, password: &str) {
+    if logging.format == "json" {
+        let line = serde_json::json!({ "root_user": user, "generated_password": password });
+        println!("{line}");
+    } else {
+        println!("root user {user:?} generated password: {password}");
+    }
+}
+
 /// The process exit code after a panic (sysexits' `EX_SOFTWARE`).
 const PANIC_EXIT_CODE: i32 = 70;
 
@@ -1094,7 +1106,7 @@ async fn run(
     // (so every node must be given the same credentials).
     service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
     if generated && node.root_created.get() {
-        println!("root user {user:?} generated password: {pw}");
+        print_generated_password(&cfg.system.logging, &user, &pw);
     }
     // HTTP is bound before the binary transports serve, so an address it cannot have stops
     // the start before any client is served.
