@@ -1258,7 +1258,7 @@ async fn bind_http(
     node: &std::rc::Rc<node::Node>,
 ) -> Result<BoundHttp, String> {
     let state = transport::http::session::HttpState::new(config, node.shared.replica_id)?
-        .with_clock_offset(node.shared.stamp_offset.clone());
+        .with_clock(node.shared.stamp_clock.clone());
     let tls = Some(("http.tls", &config.tls));
     let bound = transport::bind_stream("http", &config.address, tls).await?;
     node.shared.listening.set("http", bound.1.port());

@@ -178,6 +178,14 @@ impl PartitionWrite {
         }
     }
 
+    /// [`Self::encode`], consuming the write: a send's batch is handed on, not shared.
+    pub fn into_encoded(self) -> Bytes {
+        match self {
+            PartitionWrite::Send { batch } => batch,
+            write => write.encode(),
+        }
+    }
+
     /// The op journaled with `operation` and `body`; `None` when it is no partition op or its
     /// record is malformed.
     pub fn decode(operation: u8, body: &Bytes) -> Option<PartitionWrite> {

@@ -147,6 +147,32 @@ pub struct GroupCore<W> {
     /// Answers of committed ops at or above the first of `effects_running`, held until their
     /// effects are done (see [`Self::effects_done`]), with the op each answers.
     held: Vec<(u64, W, Outcome)>,
+    /// The field the primary stamps as it prepares, if any ([`Self::stamp_prepares`]).
+    prepare_stamp: Option<PrepareStamp>,
+}
+
+/// A u64 field of one operation's request bodies that the primary stamps with the time.
+struct PrepareStamp {
+    operation: u8,
+    at: usize,
+    /// The time the shell last gave.
+    clock: u64,
+    /// The last stamp: the next is never below it.
+    last: u64,
+}
+
+impl PrepareStamp {
+    /// `body` with the field stamped: in place when the body is its buffer's only holder, else
+    /// in a copy. A body too short to hold the field goes as it is (the state machine refuses it).
+    fn stamped(&mut self, body: Bytes) -> Bytes {
+        if body.len() < self.at + 8 {
+            return body;
+        }
+        self.last = self.last.max(self.clock);
+        let mut body = bytes::BytesMut::from(body);
+        body[self.at..self.at + 8].copy_from_slice(&self.last.to_le_bytes());
+        body.freeze()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,6 +271,28 @@ impl<W> GroupCore<W> {
             limits_at_open: (committed_clients_max, configured_clients_max),
             effects_running: VecDeque::new(),
             held: Vec::new(),
+            prepare_stamp: None,
+        }
+    }
+
+    /// Has the primary stamp a field of the bodies of `operation` as it prepares them: the u64
+    /// at byte `at` (a partition's batch `base_timestamp`) becomes the time
+    /// [`Self::set_stamp_clock`] last gave, never below the last stamp, so a group's stamps
+    /// follow its op order. (Stamped on arrival instead, a request held for its client's
+    /// register, or slower on its way, would be prepared after requests stamped later.)
+    pub fn stamp_prepares(&mut self, operation: u8, at: usize) {
+        self.prepare_stamp = Some(PrepareStamp {
+            operation,
+            at,
+            clock: 0,
+            last: 0,
+        });
+    }
+
+    /// The time the next prepares are stamped with ([`Self::stamp_prepares`]).
+    pub fn set_stamp_clock(&mut self, now: u64) {
+        if let Some(stamp) = &mut self.prepare_stamp {
+            stamp.clock = now;
         }
     }
 
@@ -283,6 +331,12 @@ impl<W> GroupCore<W> {
             body,
             waiter,
         } = pending;
+        let body = match &mut self.prepare_stamp {
+            Some(stamp) if stamp.operation == operation && self.replica.is_primary() => {
+                stamp.stamped(body)
+            }
+            _ => body,
+        };
         self.waiting
             .entry((client, request))
             .or_default()
@@ -835,6 +889,87 @@ mod tests {
             body: Bytes::from_static(body),
             waiter,
         }
+    }
+
+    #[test]
+    fn a_primary_stamps_bodies_as_it_prepares_them_so_stamps_follow_op_order() {
+        let mut core = core(Durability::Replicated, true);
+        core.stamp_prepares(200, 2);
+        let body = |tag: u8| Bytes::from(vec![tag, tag, 0, 0, 0, 0, 0, 0, 0, 0]);
+        // Journals every step's entry and hands back each op's inputs; the stamped bodies by
+        // their first byte, in op order.
+        let mut journaled = Vec::new();
+        let run = |core: &mut GroupCore<u32>, journaled: &mut Vec<(u8, u64, *const u8)>| {
+            while let Some(step) = core.poll() {
+                match step {
+                    Step::Journal { op, entry } => {
+                        if entry.operation == 200 {
+                            let stamp = u64::from_le_bytes(entry.body[2..10].try_into().unwrap());
+                            journaled.push((entry.body[0], stamp, entry.body.as_ptr()));
+                        }
+                        core.journaled(op, false);
+                    }
+                    Step::Sync => core.synced(),
+                    Step::Apply { op, .. } => core.applied(op, Bytes::new(), &[]),
+                    _ => {}
+                }
+            }
+        };
+        core.set_stamp_clock(50);
+        core.submit(Pending {
+            client: 1,
+            request: 1,
+            operation: 200,
+            body: body(1),
+            waiter: 1,
+        });
+        run(&mut core, &mut journaled);
+        // Client 2's first request waits for its register; client 1's, submitted later at a
+        // later time, is prepared first.
+        core.set_stamp_clock(100);
+        core.submit(Pending {
+            client: 2,
+            request: 1,
+            operation: 200,
+            body: body(2),
+            waiter: 2,
+        });
+        core.set_stamp_clock(200);
+        let unique = body(3);
+        let unique_at = unique.as_ptr();
+        core.submit(Pending {
+            client: 1,
+            request: 2,
+            operation: 200,
+            body: unique,
+            waiter: 3,
+        });
+        run(&mut core, &mut journaled);
+        // The clock steps back: no stamp goes below the last.
+        core.set_stamp_clock(150);
+        core.submit(Pending {
+            client: 1,
+            request: 3,
+            operation: 200,
+            body: body(4),
+            waiter: 4,
+        });
+        // Another operation is not stamped.
+        core.submit(Pending {
+            client: 1,
+            request: 4,
+            operation: 201,
+            body: body(5),
+            waiter: 5,
+        });
+        run(&mut core, &mut journaled);
+        let stamps: Vec<(u8, u64)> = journaled
+            .iter()
+            .map(|&(tag, stamp, _)| (tag, stamp))
+            .collect();
+        assert_eq!(stamps, vec![(1, 50), (3, 200), (2, 200), (4, 200)]);
+        // A body that is its buffer's only holder is stamped in place, not copied.
+        assert_eq!(journaled[1].2, unique_at);
     }
 
     #[test]

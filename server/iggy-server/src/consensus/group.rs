@@ -126,6 +126,16 @@ pub trait StateMachine {
     /// Serves a read.
     fn read(&mut self, read: Self::Read) -> impl Future<Output = ()>;
 
+    /// `(operation, byte offset)` of a u64 in client requests' bodies that the primary stamps
+    /// with [`Self::stamp_clock`] as it prepares them (a partition's batch `base_timestamp`), so
+    /// the stamps follow the op order; `None` for a machine that stamps nothing.
+    const PREPARE_STAMP: Option<(u8, usize)> = None;
+
+    /// The time a prepare is stamped with now (see [`Self::PREPARE_STAMP`]).
+    fn stamp_clock(&self) -> u64 {
+        0
+    }
+
     /// Whether the primary judges client requests again as it prepares them ([`Self::admits`]);
     /// a machine that does not (a partition's) has its writes go straight to the core.
     const JUDGES_ADMISSION: bool = false;
@@ -294,6 +304,8 @@ struct CoreSettings {
     implicit_register: bool,
     policy: Option<CheckpointPolicy>,
     past_laggards: Option<JournalBound>,
+    /// The field the primary stamps with the time as it prepares ([`StateMachine::PREPARE_STAMP`]).
+    prepare_stamp: Option<(u8, usize)>,
 }
 
 impl CoreSettings {
@@ -320,6 +332,9 @@ impl CoreSettings {
     fn apply(&self, core: &mut GroupCore<oneshot::Sender<Outcome>>) {
         if let Some(bound) = self.past_laggards {
             core.checkpoint_past_laggards(bound);
+        }
+        if let Some((operation, at)) = self.prepare_stamp {
+            core.stamp_prepares(operation, at);
         }
     }
 }
@@ -698,6 +713,7 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
             implicit_register,
             policy,
             past_laggards: checkpointing.as_ref().and_then(|c| c.past_laggards),
+            prepare_stamp: S::PREPARE_STAMP,
         };
         // The view the replica last spoke in: it must never forget one across a restart. State
         // it cannot read refuses the group (the metadata's refuses the start), its files kept:
@@ -1017,6 +1033,9 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
 
     /// Handles one job; a stop request is handed back to the run loop.
     async fn accept(&mut self, job: Job<S::Read>) -> Option<oneshot::Sender<()>> {
+        if S::PREPARE_STAMP.is_some() {
+            self.core.set_stamp_clock(self.state.stamp_clock());
+        }
         match job {
             Job::EffectsDone(op) => self.core.effects_done(op),
             Job::CheckpointWritten(slots) => self.checkpoint_written(slots).await,

@@ -539,7 +539,7 @@ async fn retention(node: &Node) {
 /// A clock this far off the replicas' quorum moves the stamps of messages sent here.
 const STAMP_TOLERANCE: Duration = Duration::from_secs(1);
 
-/// Keeps `Shared::stamp_offset`: a node whose clock is more than `STAMP_TOLERANCE` off the time
+/// Keeps `Shared::stamp_clock`'s offset: a node whose clock is more than `STAMP_TOLERANCE` off the time
 /// a quorum of the replicas' clocks reached stamps messages with that time (logged when it
 /// changes), so a primary whose clock is behind does not stamp messages in the past (a replica
 /// with a good clock, primary later, would expire them early).
@@ -553,7 +553,7 @@ fn keep_stamp_offset(node: &Node) {
         plane.quorum_clock(own),
         STAMP_TOLERANCE,
     );
-    let before = node.shared.stamp_offset.replace(offset);
+    let before = node.shared.stamp_clock.set_offset(offset);
     if (offset == 0) != (before == 0) {
         match offset {
             0 => tracing::info!(

@@ -442,7 +442,7 @@ impl Node {
             retirement: RefCell::new(iggy_metadata::retirement::RetirementEvidence::new(
                 replica_count,
             )),
-            stamp_offset: Default::default(),
+            stamp_clock: Default::default(),
         });
         let metadata_dir = shared.data.root().join("metadata");
         iggy_storage::fail_stop::create_dir_all(&metadata_dir);

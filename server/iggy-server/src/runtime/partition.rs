@@ -203,6 +203,8 @@ pub struct PartitionMachine {
     middle_damage: MiddleDamage,
     log: PartitionLog,
     core: Partition,
+    /// The time a batch is stamped with as this replica, primary, prepares it.
+    clock: crate::runtime::clock::StampClock,
 }
 
 /// The facts the core reads from the log, and its record layout check.
@@ -365,6 +367,17 @@ impl PartitionMachine {
 }
 
 impl StateMachine for PartitionMachine {
+    /// A send's batch takes its `base_timestamp` as it is prepared, so the partition's times
+    /// follow its offsets whatever the order its sends arrived in.
+    const PREPARE_STAMP: Option<(u8, usize)> = Some((
+        iggy_generated::frames::Operation::SendMessages as u8,
+        iggy_generated::frames::BatchHeader::BASE_TIMESTAMP_OFFSET,
+    ));
+
+    fn stamp_clock(&self) -> u64 {
+        self.clock.now_micros()
+    }
+
     type Read = PartitionRead;
 
     async fn apply(&mut self, op: u64, _client: u128, operation: u8, body: Bytes) -> Bytes {
@@ -794,6 +807,7 @@ impl PartitionHandle {
         (persist_messages, persist_offsets): (bool, bool),
         (journal_bytes, journal_ops, laggard_bound): (u64, usize, JournalBound),
         (peers, middle_damage): (Option<crate::consensus::plane::Peers>, MiddleDamage),
+        clock: crate::runtime::clock::StampClock,
     ) -> Result<PartitionHandle, StorageError> {
         // The incarnation's records: a directory left by an older incarnation of the same ids is
         // discarded, a fenced incarnation is refused, and the incarnation is published outside
@@ -862,6 +876,7 @@ impl PartitionHandle {
             middle_damage,
             log,
             core: Partition::new(incarnation >> 20),
+            clock,
         };
         if vsr.replica_count > 1 {
             machine.core.bound_retirement_by_replicas();
@@ -999,9 +1014,11 @@ impl PartitionHandle {
         request: u64,
         write: PartitionWrite,
     ) -> Result<(u64, WriteResult), ErrorCode> {
+        // The write goes with its body: a batch stays its buffer's only holder, stamped in place.
+        let operation = write.operation();
         let outcome = self
             .group
-            .submit(client, request, write.operation(), write.encode())
+            .submit(client, request, operation, write.into_encoded())
             .await;
         written(outcome)
     }
@@ -1274,6 +1291,7 @@ mod tests {
             middle_damage: MiddleDamage::Refuse,
             log: PartitionLog::open(dir, config).await.unwrap(),
             core: Partition::new(0),
+            clock: Default::default(),
         }
     }
 

@@ -73,11 +73,11 @@ pub struct Shared {
     /// partition copy they host (peers' reports arrive through the metadata group, this
     /// node's own from the retirement pass, `runtime/maintenance.rs`, which releases them).
     pub retirement: RefCell<iggy_metadata::retirement::RetirementEvidence>,
-    /// How far from its own wall clock this node stamps the messages it is sent (microseconds;
-    /// `cluster_clock::stamp_offset`, kept by the maintenance pass): 0 unless its clock is
-    /// off the replicas' quorum by more than a second. Shared with the HTTP sessions, whose
+    /// The clock this node stamps the messages it is sent with (its wall clock moved by
+    /// `cluster_clock::stamp_offset`, kept by the maintenance pass). Shared with the
+    /// partitions' groups, which stamp the batches they prepare, and the HTTP sessions, whose
     /// access tokens it dates and judges.
-    pub stamp_offset: std::rc::Rc<std::cell::Cell<i64>>,
+    pub stamp_clock: crate::runtime::clock::StampClock,
 }
 
 /// A committed op's disk effect with what it reads from its topic as of its op (see
@@ -266,9 +266,9 @@ impl SessionsHere {
 
 impl Shared {
     /// The time a message sent now is stamped with, and a metadata op (a token's expiry counts
-    /// from it) or a token login is judged by: this node's wall clock, moved by `stamp_offset`.
+    /// from it) or a token login is judged by: this node's wall clock, moved by `stamp_clock`.
     pub fn stamp_now(&self) -> u64 {
-        crate::runtime::clock::now_micros().saturating_add_signed(self.stamp_offset.get())
+        self.stamp_clock.now_micros()
     }
 
     /// Replicas in every consensus group: the roster's size in a cluster, else 1.
@@ -521,6 +521,7 @@ impl Shared {
                     .as_ref()
                     .map(|plane| plane.partition_peers(key, incarnation));
                 let middle_damage = self.middle_damage;
+                let clock = self.stamp_clock.clone();
                 let limits = (
                     self.checkpoint_journal_bytes(),
                     self.checkpoint_journal_ops(),
@@ -549,6 +550,7 @@ impl Shared {
                             policies,
                             limits,
                             (peers, middle_damage),
+                            clock,
                         )
                         .await
                     })

@@ -1470,13 +1470,14 @@ fn partition_arg(partition: &iggy_generated::payloads::OptionalPartitionId) -> O
     (partition.has == 1).then_some(partition.partition_id)
 }
 
-/// Checks a send and stamps its batch's `base_timestamp` in place (the primary's decision,
-/// journaled with the batch); the batch is then a zero-copy slice of the received buffer.
+/// Checks a send; its batch is a zero-copy slice of the received buffer, the buffer's only
+/// holder, so the partition's primary stamps its `base_timestamp` in place as it prepares it
+/// (`StateMachine::PREPARE_STAMP`), journaled with the batch.
 fn prepare_send(
     node: &Rc<Node>,
     routing: Routing,
     bound: Bound,
-    mut body: Vec<u8>,
+    body: Vec<u8>,
 ) -> Result<(PartitionKey, PartitionWrite), ErrorCode> {
     let (key, offset) = {
         let send: SendMessagesRequest = decode(&body)?;
@@ -1505,8 +1506,6 @@ fn prepare_send(
         }
         (key, body.len() - send.batch.len())
     };
-    let at = offset + iggy_generated::frames::BatchHeader::BASE_TIMESTAMP_OFFSET;
-    body[at..at + 8].copy_from_slice(&node.shared.stamp_now().to_le_bytes());
     let body = Bytes::from(body);
     Ok((
         key,

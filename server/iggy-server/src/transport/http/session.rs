@@ -23,7 +23,6 @@ use iggy_generated::errors::ErrorCode;
 use iggy_metadata::session::Session;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
 use std::sync::Arc;
 
 /// What a session's requests serialize on: one partition, or (`None`) the metadata group.
@@ -70,10 +69,10 @@ pub struct HttpState {
     pub anonymous_client: u128,
     /// Logins refused by `http.max_sessions_per_user`: warned of at most every 10 s.
     pub capped_logins: crate::consensus::log_limit::Throttled,
-    /// How far from this node's wall clock its tokens are dated and judged (microseconds):
-    /// `Shared::stamp_offset`, so a node whose clock is off the replicas' quorum time neither
+    /// The clock its tokens are dated and judged by: `Shared::stamp_clock`, moved so that a
+    /// node whose clock is off the replicas' quorum time neither
     /// issues tokens other nodes find expired (or long-lived) nor refuses theirs.
-    clock_offset: Rc<Cell<i64>>,
+    clock: crate::runtime::clock::StampClock,
 }
 
 /// The request number of an HTTP session's next request through this node: the wall clock's
@@ -147,20 +146,19 @@ impl HttpState {
             capped_logins: crate::consensus::log_limit::Throttled::new(
                 std::time::Duration::from_secs(10),
             ),
-            clock_offset: Rc::default(),
+            clock: Default::default(),
         })
     }
 
-    /// Dates and judges tokens by this node's clock moved by `offset` (see `clock_offset`).
-    pub fn with_clock_offset(mut self, offset: Rc<Cell<i64>>) -> Self {
-        self.clock_offset = offset;
+    /// Dates and judges tokens by `clock` (see `clock`).
+    pub fn with_clock(mut self, clock: crate::runtime::clock::StampClock) -> Self {
+        self.clock = clock;
         self
     }
 
-    /// Seconds since the epoch by this node's clock moved by `clock_offset`.
+    /// Seconds since the epoch by this node's stamp clock.
     fn now_secs(&self) -> u64 {
-        let micros = crate::runtime::clock::now_micros();
-        micros.saturating_add_signed(self.clock_offset.get()) / 1_000_000
+        self.clock.now_micros() / 1_000_000
     }
 
     /// A token for the session `bound` (just registered with the bind secret `bind_proof` is
@@ -566,10 +564,11 @@ mod tests {
         shared.jwt.encoding_secret = "shared".into();
         shared.jwt.decoding_secret = "shared".into();
         // Two hours: past any access token's expiry (`http.jwt.access_token_expiry_secs`).
-        let offset = Rc::new(Cell::new(-7_200_000_000));
+        let clock = crate::runtime::clock::StampClock::default();
+        clock.set_offset(-7_200_000_000);
         let behind = HttpState::new(&shared, 0)
             .unwrap()
-            .with_clock_offset(offset.clone());
+            .with_clock(clock.clone());
         let right = HttpState::new(&shared, 1).unwrap();
         let old = session(&behind, 7);
         assert!(behind.verify(&old).is_ok(), "valid by the moved clock");
@@ -583,7 +582,7 @@ mod tests {
             Some(ErrorCode::InvalidAccessToken),
             "not valid yet by the moved clock"
         );
-        offset.set(0);
+        clock.set_offset(0);
         assert!(
             right.verify(&session(&behind, 9)).is_ok(),
             "the offset is read live"
