@@ -119,6 +119,17 @@ impl StateMachine for MetadataMachine {
     }
 
     async fn apply(&mut self, op: u64, client: u128, operation: u8, body: Bytes) -> Bytes {
+        let logout = operation == Operation::Logout as u8;
+        let session_before = match logout {
+            true => self
+                .shared
+                .metadata
+                .borrow()
+                .sessions
+                .get(client)
+                .map(|s| s.session),
+            false => None,
+        };
         let (reply, effects) = machine::apply(
             &mut self.shared.metadata.borrow_mut(),
             op,
@@ -133,6 +144,22 @@ impl StateMachine for MetadataMachine {
         });
         if took_away && let Some(plane) = &self.shared.plane {
             plane.leases().report_applied(op);
+            // Its client may bind the session on this node (the official client links every
+            // node) while the primary's fence holds the logout's answer back: told 40, it
+            // would sign in again and fail the logout it waits on (`bind_session`).
+            let ended = session_before
+                .filter(|_| self.shared.metadata.borrow().sessions.get(client).is_none());
+            if let Some(session) = ended
+                && self.replay_deletes.is_none()
+            {
+                let kept = plane.leases().fence_longest();
+                self.shared.sessions_here.borrow_mut().logged_out(
+                    client,
+                    session,
+                    std::time::Instant::now(),
+                    kept,
+                );
+            }
         }
         let mut effects = effects;
         effects.retain_mut(|effect| match effect {

@@ -135,6 +135,9 @@ pub struct SessionsHere {
     activity: HashMap<u128, SessionActivity>,
     /// Per session, the latest request this node took: its number and what it asked.
     latest_requests: HashMap<u128, RequestIdentity>,
+    /// Sessions ended by their client's Logout, with when this node applied it: the logout
+    /// may not be answered yet (a fence waits, `service::dispatch::fenced`).
+    logged_out: HashMap<u128, (u64, std::time::Instant)>,
 }
 
 /// What a request asked, as far as its header tells: a different request under a number
@@ -249,6 +252,34 @@ impl SessionsHere {
                 entry.bound == 0 && now.duration_since(entry.since) >= lease
             })
             .collect()
+    }
+
+    /// `client`'s session `session` ended by its Logout, applied here at `now`; entries older
+    /// than `kept` go.
+    pub fn logged_out(
+        &mut self,
+        client: u128,
+        session: u64,
+        now: std::time::Instant,
+        kept: std::time::Duration,
+    ) {
+        self.logged_out
+            .retain(|_, (_, at)| now.duration_since(*at) < kept);
+        self.logged_out.insert(client, (session, now));
+    }
+
+    /// Whether `client`'s session `session` ended by a Logout applied here less than `kept`
+    /// before `now`: its answer may still be on its way to the client.
+    pub fn logging_out(
+        &self,
+        client: u128,
+        session: u64,
+        now: std::time::Instant,
+        kept: std::time::Duration,
+    ) -> bool {
+        self.logged_out
+            .get(&client)
+            .is_some_and(|&(ended, at)| ended == session && now.duration_since(at) < kept)
     }
 
     /// `client`'s session ended by its lease.
@@ -1070,6 +1101,20 @@ fn renew_held_sessions(
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_logout_is_remembered_for_its_session_only_and_for_as_long_as_kept() {
+        let mut here = SessionsHere::default();
+        let (start, kept) = (Instant::now(), Duration::from_secs(10));
+        here.logged_out(7, 70, start, kept);
+        assert!(here.logging_out(7, 70, start + Duration::from_secs(9), kept));
+        assert!(!here.logging_out(7, 71, start, kept), "another session of the client");
+        assert!(!here.logging_out(8, 70, start, kept), "another client");
+        assert!(!here.logging_out(7, 70, start + kept, kept), "forgotten once kept");
+        // Entries older than kept go as others come.
+        here.logged_out(8, 80, start + kept, kept);
+        assert_eq!(here.logged_out.len(), 1);
+    }
 
     #[test]
     fn a_lease_pass_keeps_nothing_of_sessions_that_ended() {

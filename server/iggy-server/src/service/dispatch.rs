@@ -2063,8 +2063,30 @@ async fn bind_session(
             session.user_id,
             session.protocol,
         ),
+        // Ended by its own Logout a moment ago, whose answer a fence may still hold back: the
+        // client, binding another link meanwhile, is told to come back (58) rather than that
+        // its session is gone (40), on which the official client signs in again (a session
+        // nobody ends) and fails the logout it waits on as an unknown outcome.
+        Err(ErrorCode::Unauthenticated)
+            if logging_out(node, identity.client_id, identity.session) =>
+        {
+            request.fail(ErrorCode::TransientNotAccepted)
+        }
         Err(error) => request.fail(error),
     }
+}
+
+/// Whether `client`'s `session` ended by a Logout this node applied within a fence's longest
+/// wait (a cluster's only).
+fn logging_out(node: &Node, client: u128, session: u64) -> bool {
+    let Some(plane) = &node.shared.plane else {
+        return false;
+    };
+    let kept = plane.leases().fence_longest();
+    node.shared
+        .sessions_here
+        .borrow()
+        .logging_out(client, session, std::time::Instant::now(), kept)
 }
 
 /// The logical session `find` picks from the replicated session table, judged as a bind is
