@@ -382,6 +382,28 @@ async fn a_consumer_group_whose_offset_expired_polls_on_from_the_first_kept_offs
     assert_eq!(poll_next(&client, 10).await, vec![14]);
 }
 
+/// A cluster node whose `system.segment_size` no topic can record (upstream's "100 MB" text:
+/// 10^8 bytes, not a multiple of 512) says at start that it must be the same on every node: a
+/// topic created with it is cut by each replica's own setting, and nodes configured apart cut
+/// different segments (reported: one node served offsets the others had retired).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_size_no_topic_records_is_named_at_start_as_one_to_keep_alike() {
+    let options = ClusterOptions {
+        env: vec![("IGGY_SYSTEM_SEGMENT_SIZE".to_string(), "100 MB".to_string())],
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    for i in 0..cluster.len() {
+        let log = cluster.node(i).log();
+        assert!(
+            log.contains("system.segment_size is 100000000 bytes, which a topic cannot record")
+                && log.contains("so it must be the same on every node")
+                && log.contains("e.g. 99999744"),
+            "node {i} warns of its segment size:\n{log}"
+        );
+    }
+}
+
 /// A topic created with the server's segment size on nodes whose `system.segment_size`
 /// differs (a rolling change of it, one file edited before the others): every replica cuts its
 /// segments at the same offsets (the metadata primary's size, pinned in the create), so a

@@ -514,6 +514,19 @@ fn main() -> ExitCode {
             cfg.node.advertised_address.trim()
         );
     }
+    // A topic records the creating primary's segment size only where a client could ask for
+    // it; otherwise each replica cuts by its own setting, which must then be the same on all.
+    let segment_size = cfg.system.segment_size;
+    if cfg.cluster.enabled && !iggy_metadata::options::segment_size_recordable(segment_size) {
+        tracing::warn!(
+            "system.segment_size is {segment_size} bytes, which a topic cannot record as its \
+             segment_size (1 MiB to 1 GiB, a multiple of 512): topics created with the \
+             server's size are cut by each replica's own system.segment_size, so it must be \
+             the same on every node (a size a topic records, e.g. {}, may differ during a \
+             rolling change)",
+            (segment_size / 512 * 512).clamp(1 << 20, 1 << 30)
+        );
+    }
     match runtime::host::raise_open_files_limit() {
         Some(limit) => tracing::info!(
             "open files limit {limit}: room for {} partitions (partitions may take half, {} \

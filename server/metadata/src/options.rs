@@ -307,6 +307,12 @@ const SEGMENT_SIZE_MAX: u64 = 1 << 30;
 /// none and `size` is one a topic may ask for; `None` otherwise (the block is left as it is).
 /// A cluster's metadata primary pins its configured segment size this way, so every replica
 /// of the topic rolls its segments at the same offsets whatever its own configuration says.
+/// Whether a topic may record `size` as its `segment_size` (what a client may ask for: 1 MiB to
+/// 1 GiB, a multiple of 512), so [`with_segment_size`] pins it.
+pub fn segment_size_recordable(size: u64) -> bool {
+    check_value("segment_size", kind::UINT64, &size.to_le_bytes()).is_ok()
+}
+
 pub fn with_segment_size(block: &[u8], size: u64) -> Option<Vec<u8>> {
     let entries = typed_entries(block).ok()?;
     let value = size.to_le_bytes();
