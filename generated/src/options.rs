@@ -43,7 +43,7 @@ pub const TOPIC_OPTIONS: &[OptionSpec] = &[
         kind: OPTION_KIND_STRING,
         flags: 0,
         default: b"none",
-        description: "Compression of stored messages: none or gzip",
+        description: "Recorded and reported, none or gzip; messages are stored and served as sent, not compressed",
     },
     OptionSpec {
         key: "message_expiry",
@@ -64,7 +64,7 @@ pub const TOPIC_OPTIONS: &[OptionSpec] = &[
         kind: OPTION_KIND_UINT64,
         flags: 0,
         default: b"\0\0\0@\0\0\0\0",
-        description: "Segment size in bytes: 1 MiB to 1 GiB, a multiple of 512",
+        description: "Segment size in bytes: 1 MiB to 1 GiB, a multiple of 512; a topic created without it takes the server's system.segment_size (1 GiB unless configured)",
     },
     OptionSpec {
         key: "durability",
