@@ -884,7 +884,10 @@ impl Metadata {
                 _ => return Err(ErrorCode::UnsupportedOptionKey),
             }
         }
-        updated.options = crate::options::merge(&updated.options, block, reset)?;
+        // The name is the topic's own field, not one of its options: a renamed topic lists the
+        // options an unrenamed one with the same settings lists.
+        let merged = crate::options::merge(&updated.options, block, reset)?;
+        updated.options = crate::options::merge(&merged, &[], &["name"])?;
         self.streams
             .get_mut(&stream_id)
             .expect("found")
@@ -1431,6 +1434,8 @@ mod tests {
         m.update_topic(&s, &t, &accepted, &[]).unwrap();
         let topic = &m.streams[&0].topics[&0];
         assert_eq!((topic.name.as_str(), topic.message_expiry), ("renamed", 7));
+        // The name is no option: the block lists what was set, as an unrenamed topic's does.
+        assert_eq!(topic.options, encode(&[("message_expiry", kind::UINT64, &expiry)]));
     }
 
     /// The official consumer drops polled messages at or below the offset it last consumed
