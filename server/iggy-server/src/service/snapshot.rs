@@ -1,5 +1,7 @@
 //! System snapshot (command 11): a ZIP archive of diagnostic files for an operator or a bug
-//! report. Entries are stored uncompressed whatever compression the client asks for.
+//! report. Entries are stored as they are (Stored) or deflated (Deflated, and each of the
+//! compressions this build does not carry: Bzip2, Zstd, Lzma, Xz, which would each add a
+//! codec library for a few kilobytes of text; every unzip reads Deflate).
 
 use crate::runtime::node::Node;
 use iggy_generated::errors::ErrorCode;
@@ -20,22 +22,25 @@ const ALL: u8 = 100;
 
 /// The compressions the official client names (Stored, Deflated, Bzip2, Zstd, Lzma, Xz).
 const COMPRESSIONS: std::ops::RangeInclusive<u8> = 1..=6;
+const STORED: u8 = 1;
 
 /// Refuses, as the official codec does (InvalidCommand), a compression or a snapshot type it
 /// does not define: a client asking for one (a newer SDK's) is told so, rather than served an
-/// archive without what it asked for.
+/// archive without what it asked for. `all` stands alone, as upstream has it.
 pub fn check_request(compression: u8, types: &[u8]) -> Result<(), ErrorCode> {
     let known_type =
         |code: &u8| (FILESYSTEM_OVERVIEW..=SERVER_CONFIG).contains(code) || *code == ALL;
-    match COMPRESSIONS.contains(&compression) && types.iter().all(known_type) {
+    let all_alone = !types.contains(&ALL) || types.len() == 1;
+    match COMPRESSIONS.contains(&compression) && types.iter().all(known_type) && all_alone {
         true => Ok(()),
         false => Err(ErrorCode::InvalidCommand),
     }
 }
 
-/// Builds the archive with one entry per requested snapshot type this server can produce.
-pub fn archive(node: &Node, types: &[u8]) -> Result<Vec<u8>, ErrorCode> {
-    let wants = |code: u8| types.contains(&code) || types.contains(&ALL);
+/// Builds the archive with one entry per requested snapshot type this server can produce;
+/// `all` is every type but `test` (the official client's `all_snapshot_types`).
+pub fn archive(node: &Node, compression: u8, types: &[u8]) -> Result<Vec<u8>, ErrorCode> {
+    let wants = |code: u8| types.contains(&code) || (types.contains(&ALL) && code != TEST);
     let mut files: Vec<(&str, String)> = Vec::new();
     if wants(TEST) {
         files.push(("test.txt", "test\n".to_string()));
@@ -57,8 +62,11 @@ pub fn archive(node: &Node, types: &[u8]) -> Result<Vec<u8>, ErrorCode> {
         files.push(("server_logs.txt", SERVER_LOGS_NOTE.to_string()));
     }
     let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let options =
-        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    let method = match compression {
+        STORED => zip::CompressionMethod::Stored,
+        _ => zip::CompressionMethod::Deflated,
+    };
+    let options = zip::write::SimpleFileOptions::default().compression_method(method);
     for (name, text) in files {
         writer
             .start_file(name, options)
@@ -141,6 +149,8 @@ mod tests {
         assert_eq!(check_request(1, &[ALL]), Ok(()));
         assert_eq!(check_request(6, &[1, 2, 3, 4, 5, 6]), Ok(()));
         for (compression, types) in [
+            (1, &[ALL, 4][..]),
+            (1, &[1, ALL]),
             (0, &[4][..]),
             (7, &[4]),
             (255, &[4]),

@@ -428,7 +428,7 @@ pub async fn read(
             judge(Need::ReadServers)?;
             let request: iggy_generated::payloads::GetSnapshotRequest = decode(body)?;
             crate::service::snapshot::check_request(request.compression, request.snapshot_types)?;
-            crate::service::snapshot::archive(node, request.snapshot_types)
+            crate::service::snapshot::archive(node, request.compression, request.snapshot_types)
         }
         13 => {
             use iggy_generated::payloads::{
