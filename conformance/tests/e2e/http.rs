@@ -997,6 +997,44 @@ async fn signed_in_http_requests_holding_large_bodies_are_bounded_by_the_node_wi
     ok("send", within("send", client.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut messages)).await);
 }
 
+/// HTTP polls take their replies from the node's budget as binary polls do, and hold it until
+/// the response is written: 8 connections that each polled a 24 MiB partition and never read
+/// made the node hold a 16 MiB reply and its JSON (about 50 MB) each, whatever the budget
+/// (reported: 32 such connections, 1.7 GB resident).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_polls_left_unread_are_bounded_by_the_node_wide_budget() {
+    use tokio::io::AsyncWriteExt;
+    const CONNECTIONS: usize = 8;
+    const BUDGET: usize = 16 << 20;
+    let (server, api) = TestServer::start_with_http(&[("IGGY_LIMITS_MAX_REQUEST_BODIES_SIZE", &BUDGET.to_string())]);
+    let token = raw_token(&api).await;
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    // 24 MiB: 24 batches of 8 messages of 128 KiB.
+    for send in 0..24 {
+        let batch = (0..8).map(|m| msg(format!("{send:03}-{m}-{}", "p".repeat(128 << 10)))).collect();
+        send_to_partition(&client, &name("s"), &name("t"), 0, batch).await;
+    }
+    let before = server.resident_mib();
+    let address = api.trim_start_matches("http://").to_string();
+    let mut unread = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
+        let head = format!("GET /streams/s/topics/t/messages?partition_id=0&kind=offset&value=0&count=1000000&consumer_id=1 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n\r\n");
+        stream.write_all(head.as_bytes()).await.expect("write the poll");
+        unread.push(stream);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let during = server.resident_mib();
+    eprintln!("resident {before} MiB before, {during} MiB while {CONNECTIONS} HTTP polls of the whole 24 MiB partition go unread (budget {} MiB)", BUDGET >> 20);
+    assert!(
+        during < before + 3 * (BUDGET >> 20) as u64,
+        "{CONNECTIONS} unread HTTP polls of a 24 MiB partition: resident {before} MiB before, {during} MiB while they wait (budget {} MiB)",
+        BUDGET >> 20
+    );
+    drop(unread);
+}
+
 /// The official HTTP client writes names into paths unencoded: a user and a token named with a
 /// stray `%` (`50%off`) are got, changed and deleted through it, where such a path matched no
 /// route at all (404 "no such route", which the client reads as not found).

@@ -8,6 +8,7 @@ use super::json::{self, OutgoingMessage};
 use super::jwt::bind_proof_hash;
 use super::session::{GateKey, HttpState};
 use super::{Request, Response};
+use crate::runtime::body_budget::BodyPermit;
 use crate::runtime::connection::{Bound, Connection};
 use crate::runtime::node::Node;
 use crate::runtime::shared::PartitionKey;
@@ -409,6 +410,17 @@ impl Call<'_> {
     /// Runs `name` with `body` and returns its reply payload (after the result section of a
     /// result-framed reply), or the error it was refused with.
     async fn run(&mut self, name: &str, body: Vec<u8>, header: Header) -> Result<Vec<u8>, Refused> {
+        Ok(self.run_held(name, body, header).await?.0)
+    }
+
+    /// [`Self::run`], with the node's budget a poll's reply was built within, held on for as
+    /// long as the caller keeps it.
+    async fn run_held(
+        &mut self,
+        name: &str,
+        body: Vec<u8>,
+        header: Header,
+    ) -> Result<(Vec<u8>, Option<BodyPermit>), Refused> {
         let Some(bound) = self.bound else {
             let command = command(name);
             let client = self.state.anonymous_client;
@@ -613,7 +625,7 @@ async fn dispatch_call(
     (client, session, request): (u128, u64, u64),
     body: Vec<u8>,
     extra: Header,
-) -> Result<Vec<u8>, ErrorCode> {
+) -> Result<(Vec<u8>, Option<BodyPermit>), ErrorCode> {
     let header = RequestHeader {
         command: Command::Request,
         size: (frame::HEADER_SIZE + body.len()) as u32,
@@ -635,8 +647,8 @@ async fn dispatch_call(
     let admitted =
         frame::admit_header(&header.to_bytes(), u32::MAX).map_err(|_| ErrorCode::InvalidFormat)?;
     let deadline = limits.request_timeout();
-    // A poll's reply stays within the node's budget until this request's answer is built.
-    let (reply, _held) = match dispatch_within(node, connection, admitted, body, deadline).await {
+    // A poll's reply stays within the node's budget until its answer is written.
+    let (reply, held) = match dispatch_within(node, connection, admitted, body, deadline).await {
         Dispatched::Reply(reply) => (reply, None),
         Dispatched::HeldReply(reply, held) => (reply, Some(held)),
         Dispatched::Close(eviction) => {
@@ -657,9 +669,9 @@ async fn dispatch_call(
         }
         let mut rest = payload;
         wire::ReplyResultSection::decode_from(&mut rest).map_err(|_| ErrorCode::Error)?;
-        return Ok(rest.to_vec());
+        return Ok((rest.to_vec(), held));
     }
-    Ok(payload.to_vec())
+    Ok((payload.to_vec(), held))
 }
 
 /// Decodes a JSON body into `T`, or the 400 that says why not.
@@ -678,6 +690,7 @@ fn prometheus(node: &Node) -> Response {
         content_type: "text/plain; version=0.0.4",
         headers: Vec::new(),
         body: node.render_metrics().into_bytes(),
+        held: None,
     }
 }
 
@@ -1733,9 +1746,11 @@ async fn route_handler(
                 partition: partition_key(node, &stream, &topic, partition.unwrap_or(0)),
                 writes: auto_commit,
             };
-            let reply = call.run("message.poll", body, header).await?;
+            let (reply, held) = call.run_held("message.poll", body, header).await?;
             let polled: wire::PollMessagesResponse = decode(&reply)?;
-            ok_json(status, &json::polled(&polled)?)
+            let mut response = ok_json(status, &json::polled(&polled)?);
+            response.held = held;
+            response
         }
         "consumer_offset.get" => {
             let (stream, topic) = (param(0)?, param(1)?);
@@ -2103,6 +2118,7 @@ async fn route_handler(
                 content_type: "application/zip",
                 headers: Vec::new(),
                 body: reply,
+                held: None,
             }
         }
         "resource.update" => {

@@ -119,6 +119,9 @@ pub struct Response {
     pub content_type: &'static str,
     pub headers: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
+    /// The node's budget (`runtime::body_budget`) held for this body until it is written: a
+    /// poll's, whose reply was built within it, as over the binary transports.
+    pub held: Option<crate::runtime::body_budget::BodyPermit>,
 }
 
 impl Response {
@@ -128,6 +131,7 @@ impl Response {
             content_type: "application/json",
             headers: Vec::new(),
             body,
+            held: None,
         }
     }
 
@@ -432,7 +436,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
             return Ok(());
         };
         let started = std::time::Instant::now();
-        let response = api::handle(node, api, connection, &request).await;
+        let mut response = api::handle(node, api, connection, &request).await;
         // The body is freed with its reservation, not once the response is taken.
         drop(std::mem::take(&mut request.body));
         drop(permit);
@@ -453,7 +457,14 @@ async fn serve_connection<S: AsyncRead + AsyncWrite>(
             // The GET's head, its Content-Length included, without the body (RFC 9110 9.3.2).
             bytes.truncate(bytes.len() - response.body.len());
         }
+        // Only the encoded copy waits on a slow reader, within what the budget holds for it.
+        let mut held = response.held.take();
+        drop(response);
+        if let Some(held) = held.as_mut() {
+            held.resize(bytes.len() as u64);
+        }
         send(idle, &mut stream, bytes).await?;
+        drop(held);
         drop(in_flight);
         if close {
             return Ok(());
