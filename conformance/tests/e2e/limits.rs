@@ -1023,3 +1023,18 @@ async fn a_node_restarted_under_a_lower_open_files_limit_serves_what_fits_and_th
     }
     assert!(server.log().contains("after waiting for file descriptors"), "{}", server.log());
 }
+
+/// The client listeners' backlog holds 1024 connections (the kernel caps it at
+/// `net.core.somaxconn`): a burst of reconnecting clients overflowed compio's default of 128,
+/// and each dropped SYN cost its client a second (3,000 connects: 168 overflows, 12 s).
+#[test]
+fn a_burst_of_connects_fits_the_listen_backlog() {
+    let server = TestServer::start();
+    let port = server.port();
+    let listed = std::process::Command::new("ss").args(["-ltnH", &format!("sport = :{port}")]).output().expect("run ss");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    // State, Recv-Q, Send-Q (the backlog of a listening socket), local, peer.
+    let backlog: Vec<u32> = text.lines().filter_map(|line| line.split_whitespace().nth(2)?.parse().ok()).collect();
+    let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn").map_or(4096, |s| s.trim().parse().unwrap_or(4096));
+    assert_eq!(backlog, vec![1024.min(somaxconn)], "the TCP listener's backlog: {text}");
+}

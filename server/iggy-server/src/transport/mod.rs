@@ -227,12 +227,20 @@ pub async fn listen(
     Ok(listeners)
 }
 
-/// Binds a TCP listener. A previous process's io_uring may hold the port for a moment after
-/// it died (its ring is torn down asynchronously), so `AddrInUse` is retried for a few seconds.
+/// Connections a stream listener's backlog holds before the kernel drops SYNs (each dropped
+/// one costs its client a second's retransmit): a burst of reconnecting clients, every SDK
+/// client of a restarted node at once, overflowed compio's 128 (the kernel caps it at
+/// `net.core.somaxconn`).
+const LISTEN_BACKLOG: i32 = 1024;
+
+/// Binds a TCP listener (with `SO_REUSEADDR`, as `TcpListener::bind` does) on the first of
+/// `address`'s socket addresses that binds. A previous process's io_uring may hold the port for
+/// a moment after it died (its ring is torn down asynchronously), so `AddrInUse` is retried for
+/// a few seconds.
 pub async fn bind_tcp(address: &str) -> std::io::Result<compio::net::TcpListener> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
-        match compio::net::TcpListener::bind(address).await {
+        match bind_tcp_once(address).await {
             Err(error)
                 if error.kind() == std::io::ErrorKind::AddrInUse
                     && std::time::Instant::now() < deadline =>
@@ -242,4 +250,24 @@ pub async fn bind_tcp(address: &str) -> std::io::Result<compio::net::TcpListener
             result => return result,
         }
     }
+}
+
+async fn bind_tcp_once(address: &str) -> std::io::Result<compio::net::TcpListener> {
+    use std::net::ToSocketAddrs;
+    let mut last = std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        "the address resolves to no socket address",
+    );
+    for addr in address.to_socket_addrs()? {
+        let socket = match addr {
+            SocketAddr::V4(_) => compio::net::TcpSocket::new_v4().await?,
+            SocketAddr::V6(_) => compio::net::TcpSocket::new_v6().await?,
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr).await {
+            Ok(()) => return socket.listen(LISTEN_BACKLOG).await,
+            Err(error) => last = error,
+        }
+    }
+    Err(last)
 }
