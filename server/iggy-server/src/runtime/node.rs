@@ -287,9 +287,9 @@ impl Node {
             .map(|e| e.handle.clone())
             .collect();
         self.step_down(&partitions, STEP_DOWN_WAIT).await;
-        for partition in partitions {
-            partition.sync().await;
-        }
+        // All at once: each sync is a few fsyncs, one after another they took seconds on a
+        // node of thousands of partitions (2,000: 7-12 s, past a container's stop timeout).
+        futures_util::future::join_all(partitions.iter().map(|partition| partition.sync())).await;
         self.metadata.sync_journal().await;
     }
 
