@@ -643,9 +643,10 @@ async fn expire_sessions(node: &Node, lease: Duration) {
                     "session of client {client:032x} expired after {lease:?} without a connection"
                 );
             }
-            outcome => {
-                tracing::warn!("session expiry of client {client:032x} not committed: {outcome:?}")
-            }
+            outcome => not_committed(
+                &outcome,
+                format_args!("session expiry of client {client:032x}"),
+            ),
         }
     }
 }
@@ -679,10 +680,27 @@ async fn delete_expired_tokens(node: &Node) {
             Outcome::Committed { .. } => {
                 tracing::info!("personal access token {name:?} of user {user_id} expired; deleted")
             }
-            outcome => tracing::warn!(
-                "deletion of expired token {name:?} of user {user_id} not committed: {outcome:?}"
+            outcome => not_committed(
+                &outcome,
+                format_args!("deletion of expired token {name:?} of user {user_id}"),
             ),
         }
+    }
+}
+
+/// Logs a maintenance op of the metadata primary that did not commit: at INFO when this replica
+/// lost the lead meanwhile (a primary resumed after a stop, deposed while its pass ran; its
+/// successor's pass does the work), else at WARN.
+fn not_committed(outcome: &Outcome, what: std::fmt::Arguments<'_>) {
+    use iggy_vsr::Refusal;
+    match outcome {
+        Outcome::Failed | Outcome::Refused(Refusal::NotPrimary { .. } | Refusal::NotReady) => {
+            tracing::info!(
+                "{what} not committed: this replica no longer leads the metadata group \
+                 ({outcome:?}); the primary's own pass does it"
+            )
+        }
+        _ => tracing::warn!("{what} not committed: {outcome:?}"),
     }
 }
 
@@ -884,9 +902,9 @@ async fn release(node: &Node, revision: u64, sessions: &[(u128, u64)]) {
                     batch.len()
                 );
             }
-            outcome => tracing::warn!(
-                "release of {} ended sessions not committed: {outcome:?}",
-                batch.len()
+            outcome => not_committed(
+                &outcome,
+                format_args!("release of {} ended sessions", batch.len()),
             ),
         }
     }
