@@ -679,11 +679,7 @@ fn record_replica_count(
 /// message replayed (a partition of 300 batches of 1000 messages: 1.5 MB before a restart,
 /// 10.4 MB after it, 0.9 MB once trimmed). Once, so the hot path pays nothing.
 fn give_back_start_up_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    runtime::host::give_back_free_memory();
 }
 
 /// What the flags ask of this start.

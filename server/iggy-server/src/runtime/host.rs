@@ -5,6 +5,17 @@ use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
 /// Bytes of a `Key:   N kB` line in a /proc status-like file.
+/// Returns the heap's free memory to the system: glibc keeps freed chunks amid live ones for
+/// the life of the process. Called after events that free much at once (a start's replay, many
+/// connections closed), never on the hot path.
+pub fn give_back_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 pub fn kilobytes(text: &str, key: &str) -> u64 {
     text.lines()
         .find_map(|line| line.strip_prefix(key))

@@ -22,9 +22,23 @@ use std::rc::Rc;
 /// limit sets (`host::connections_fit`).
 pub struct ConnectionLimiter {
     open: Cell<usize>,
+    /// The most open at once since [`ConnectionLimiter::take_peak`] last looked.
+    peak: Cell<usize>,
     max: usize,
     /// What sets `max`, for the refusal's warning.
     pub limited_by: &'static str,
+}
+
+impl ConnectionLimiter {
+    /// The connections open now.
+    pub fn open(&self) -> usize {
+        self.open.get()
+    }
+
+    /// The most connections open at once since the last call (at least those open now).
+    pub fn take_peak(&self) -> usize {
+        self.peak.replace(self.open.get()).max(self.open.get())
+    }
 }
 
 pub struct ConnectionGuard {
@@ -250,6 +264,8 @@ impl Node {
             return None;
         }
         open.set(open.get() + 1);
+        let peak = &self.connections.peak;
+        peak.set(peak.get().max(open.get()));
         Some(ConnectionGuard {
             limiter: self.clone(),
         })
@@ -540,6 +556,7 @@ impl Node {
             metadata,
             connections: ConnectionLimiter {
                 open: Cell::new(0),
+                peak: Cell::new(0),
                 max: max_connections,
                 limited_by,
             },
