@@ -4402,6 +4402,21 @@ async fn a_graceful_stop_is_logged_once_at_info_by_each_peer_and_a_kill_still_wa
     assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
 }
 
+/// The official CLI signed in as root through node `node`'s TCP address, running `args`.
+fn cli_as_root_through(cluster: &TestCluster, node: usize, args: &[&str]) -> std::process::Output {
+    tokio::task::block_in_place(|| {
+        std::process::Command::new(crate::cli::cli_binary())
+            .args(["--tcp-server-address", &cluster.address(node)])
+            .args(["-u", ROOT_USER, "-p", ROOT_PASSWORD])
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env("IGGY_NO_KEYRING", "1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run the iggy CLI")
+    })
+}
+
 /// A graceful stop of the metadata primary hands its group to a backup: the official CLI run
 /// right then through that node (sign in, read, sign out: every command) succeeds. Its closing
 /// logout waited a grant lease for the stopped node, which had given its leases up, and the
@@ -4422,16 +4437,7 @@ async fn the_cli_through_the_node_that_took_over_from_a_stopped_metadata_primary
         let view = cluster.primary(METADATA_GROUP).map_or(0, |(_, view)| view);
         cluster.stop(old);
         let new = usize::from(cluster.wait_new_primary(METADATA_GROUP, old, view).await);
-        let out = tokio::task::block_in_place(|| {
-            std::process::Command::new(crate::cli::cli_binary())
-                .args(["--tcp-server-address", &cluster.address(new)])
-                .args(["-u", ROOT_USER, "-p", ROOT_PASSWORD, "stream", "list"])
-                .env_remove("RUST_LOG")
-                .env("IGGY_NO_KEYRING", "1")
-                .stdin(std::process::Stdio::null())
-                .output()
-                .expect("run the iggy CLI")
-        });
+        let out = cli_as_root_through(&cluster, new, &["stream", "list"]);
         assert!(
             out.status.success(),
             "round {round}: the CLI through node {new}, node {old} stopped: {}{}",
@@ -4462,16 +4468,7 @@ async fn the_cli_through_the_node_that_took_over_from_a_killed_metadata_primary_
     cluster.kill9(old);
     let new = usize::from(cluster.wait_new_primary(METADATA_GROUP, old, view).await);
     for round in 0..3 {
-        let out = tokio::task::block_in_place(|| {
-            std::process::Command::new(crate::cli::cli_binary())
-                .args(["--tcp-server-address", &cluster.address(new)])
-                .args(["-u", ROOT_USER, "-p", ROOT_PASSWORD, "stream", "create", &format!("after-kill-{round}")])
-                .env_remove("RUST_LOG")
-                .env("IGGY_NO_KEYRING", "1")
-                .stdin(std::process::Stdio::null())
-                .output()
-                .expect("run the iggy CLI")
-        });
+        let out = cli_as_root_through(&cluster, new, &["stream", "create", &format!("after-kill-{round}")]);
         assert!(
             out.status.success(),
             "round {round}: the CLI through node {new}, node {old} killed: {}{}",
