@@ -752,3 +752,29 @@ async fn an_http_read_through_a_lagging_node_sees_what_another_node_acknowledged
     );
     assert_eq!(polled, ["sent-elsewhere"], "node {lagging}'s poll");
 }
+
+/// `GET /ping`, a load balancer's probe, is answered at once by the live nodes while the
+/// metadata group replaces its killed primary: it waited, as requests that read the metadata
+/// model do, for the next primary (a heartbeat timeout) and then answered 503 on every live
+/// node, so a load balancer marked them all down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_ping_is_answered_at_once_while_the_metadata_primary_is_replaced() {
+    let options = ClusterOptions {
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let (metadata_primary, backup) = metadata_primary_and_backup(&cluster).await;
+    let url = cluster.http_url(backup);
+    cluster.kill9(metadata_primary);
+    // Probes for a second after the kill, well inside the heartbeat timeout.
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(1) {
+        let asked = std::time::Instant::now();
+        let (status, _) = crate::http::raw(&url, "GET", "/ping", None, b"").await;
+        let took = asked.elapsed();
+        assert_eq!(status, 200, "GET /ping on live node {backup} {:?} after the kill", started.elapsed());
+        assert!(took < Duration::from_millis(500), "GET /ping on live node {backup} took {took:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
