@@ -169,6 +169,22 @@ async fn max_topic_size_bounds_the_closed_segments_not_the_active_one() {
     assert_eq!(first, 6, "retention kept the closed segments within the maximum");
 }
 
+/// A maximum of one segment's size keeps the newest closed segment, as the official client
+/// documents a maximum below one sealed segment: a segment closes past its size by its last
+/// batch (1.23 MB for 1 MiB here), so retention once deleted every closed segment and left only
+/// the active one's 5 messages of 23.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maximum_of_one_segment_keeps_the_newest_closed_segment() {
+    let mut server = TestServer::start();
+    std::fs::write(server.dir().join("config.toml"), NO_MAINTENANCE).unwrap();
+    tokio::task::block_in_place(|| server.restart());
+    small_segments_up_to(&server.root_client().await, SEGMENT, 23).await;
+    fast_maintenance(&mut server);
+    let c = server.root_client().await;
+    let first = first_offset_once_retention_ran(&c).await;
+    assert_eq!(first, 12, "retention kept the newest closed segment, [12, 18), and the active one");
+}
+
 /// DeleteSegments keeps the messages a consumer has not consumed: the command succeeds (the CLI
 /// prints "Deleted 2 segments") and deletes nothing below the stored offset. The node says why,
 /// naming the offset and its owner; before, it logged nothing and the operator saw no effect.

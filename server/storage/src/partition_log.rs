@@ -1690,8 +1690,10 @@ impl PartitionLog {
     /// newest message is older than `now_us - message_expiry_us`, then past the oldest closed
     /// segments while the closed ones hold more than `max_size` bytes (the active segment, which
     /// stays whatever its size, does not count: counted, it would delete closed segments that
-    /// fit). Always from the oldest segment, so the retained offsets stay contiguous. `None`
-    /// when nothing is due.
+    /// fit), keeping the newest closed segment whatever its size, as the official client
+    /// documents a maximum below one sealed segment (a segment closes past its size by its last
+    /// batch, so a maximum of one segment's size kept none). Always from the oldest segment, so
+    /// the retained offsets stay contiguous. `None` when nothing is due.
     /// Pure: the primary decides with its clock, and [`Self::retire_below`] applies the
     /// decision the same way on every replica.
     pub fn retention_point(
@@ -1713,7 +1715,7 @@ impl PartitionLog {
                 .iter()
                 .map(|segment| segment.log_size)
                 .sum();
-            while retired < closed && size > max_size {
+            while retired + 1 < closed && size > max_size {
                 size -= self.segments[retired].log_size;
                 retired += 1;
             }

@@ -517,24 +517,14 @@ async fn delete_orphaned_group_offsets(
     }
 }
 
-/// Per partition: the topic's expiry and its share of the topic's maximum size, never below one
-/// segment (the topic's size, else `server_segment_size`), as the official client documents
-/// it: a cap whose share is smaller (8000 bytes over 2 partitions of 4096-byte segments) kept
-/// no closed segment at all.
-fn retention_limits(
-    metadata: &Metadata,
-    server_segment_size: u64,
-) -> Vec<(PartitionKey, Option<u64>, Option<u64>)> {
+/// Per partition: the topic's expiry and its share of the topic's maximum size.
+fn retention_limits(metadata: &Metadata) -> Vec<(PartitionKey, Option<u64>, Option<u64>)> {
     let mut out = Vec::new();
     for stream in metadata.streams.values() {
         for topic in stream.topics.values() {
             let expiry = limit(topic.message_expiry);
             let count = topic.partitions.len().max(1) as u64;
-            let segment = match topic.segment_size {
-                0 => server_segment_size,
-                own => own,
-            };
-            let max_size = limit(topic.max_topic_size).map(|size| (size / count).max(segment));
+            let max_size = limit(topic.max_topic_size).map(|size| size / count);
             for partition in topic.partitions.keys() {
                 out.push(((stream.id, topic.id, *partition), expiry, max_size));
             }
@@ -550,8 +540,7 @@ fn retention_limits(
 /// policy still keeps. While that time is not known (too few peers heard lately) no message
 /// expires; size retention goes on.
 async fn retention(node: &Node) {
-    let server_segment_size = node.shared.config.system.segment_size;
-    let limits = retention_limits(&node.shared.metadata.borrow(), server_segment_size);
+    let limits = retention_limits(&node.shared.metadata.borrow());
     let (own, now) = expiry_clock(node);
     for (key, expiry, max_size) in limits {
         let (now, expiry) = match now {
@@ -968,29 +957,6 @@ fn identity(client: u128, session: u64, metadata_commit: u64) -> SessionIdentity
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_partitions_share_of_the_maximum_size_is_at_least_one_segment() {
-        use iggy_metadata::model::TopicSettings;
-        let mut metadata = Metadata::default();
-        metadata.create_stream("s", 1).unwrap();
-        let capped = |max_topic_size, segment_size| TopicSettings {
-            max_topic_size,
-            segment_size,
-            ..TopicSettings::default()
-        };
-        // 8000 bytes over 2 partitions of the server's 4096-byte segments; 1 MB over 2 of
-        // the topic's own 1 MiB; 10 MB over 2 of 1 MiB: the share as it is.
-        metadata.create_topic(&Ident::Id(0), "a", 2, capped(8000, 0), 2, 1).unwrap();
-        metadata.create_topic(&Ident::Id(0), "b", 2, capped(1_000_000, 1 << 20), 3, 1).unwrap();
-        metadata.create_topic(&Ident::Id(0), "c", 2, capped(10_000_000, 1 << 20), 4, 1).unwrap();
-        let shares: Vec<Option<u64>> = retention_limits(&metadata, 4096)
-            .into_iter()
-            .map(|(_, _, share)| share)
-            .collect();
-        let (segment, share) = (Some(1 << 20), Some(5_000_000));
-        assert_eq!(shares, [Some(4096), Some(4096), segment, segment, share, share]);
-    }
 
     #[test]
     fn memory_is_given_back_once_a_burst_of_connections_closed() {
