@@ -316,8 +316,10 @@ async fn a_user_deactivated_through_update_user_is_answered_once_no_node_judges_
     let answered_after = started.elapsed();
     cluster.release(primary, backup);
     ok("deactivate", deactivated);
+    // The lease ran from the held node's last grant, up to a ping before the hold: more than a
+    // second of its 2 s is left (the answer came after 0.7 ms when it was not waited for).
     assert!(
-        answered_after >= Duration::from_secs(2),
+        answered_after >= Duration::from_secs(1),
         "answered after {answered_after:?}, while node {backup} could still judge by its copy \
          without it"
     );
