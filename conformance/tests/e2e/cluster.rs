@@ -4402,6 +4402,20 @@ async fn a_graceful_stop_is_logged_once_at_info_by_each_peer_and_a_kill_still_wa
     assert_acknowledged_exactly_once(&reader, stream, topic, &acked).await;
 }
 
+/// Three nodes, each holding a metadata history (a stream and a topic) and normal in the
+/// metadata group: a node of a new cluster stopped before it journaled an op is refused as an
+/// erased one when it starts again.
+async fn cluster_whose_nodes_hold_a_metadata_history() -> TestCluster {
+    let cluster = TestCluster::start(3);
+    let client = cluster.root_client(0).await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    drop(client);
+    for i in 0..cluster.len() {
+        cluster.wait_normal(i, &[METADATA_GROUP]).await;
+    }
+    cluster
+}
+
 /// The official CLI signed in as root through node `node`'s TCP address, running `args`.
 fn cli_as_root_through(cluster: &TestCluster, node: usize, args: &[&str]) -> std::process::Output {
     tokio::task::block_in_place(|| {
@@ -4423,15 +4437,7 @@ fn cli_as_root_through(cluster: &TestCluster, node: usize, args: &[&str]) -> std
 /// CLI failed it as an unknown outcome (57) while it waited, every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_through_the_node_that_took_over_from_a_stopped_metadata_primary_succeeds() {
-    let mut cluster = TestCluster::start(3);
-    // Every node holds a metadata history before one stops (a node of a new cluster stopped
-    // before it journaled an op is refused as an erased one when it starts again).
-    let client = cluster.root_client(0).await;
-    create_stream_and_topic(&client, "s", "t", 1).await;
-    drop(client);
-    for i in 0..cluster.len() {
-        cluster.wait_normal(i, &[METADATA_GROUP]).await;
-    }
+    let mut cluster = cluster_whose_nodes_hold_a_metadata_history().await;
     for round in 0..3 {
         let (old, _) = metadata_primary_and_backup(&cluster).await;
         let view = cluster.primary(METADATA_GROUP).map_or(0, |(_, view)| view);
@@ -4456,13 +4462,7 @@ async fn the_cli_through_the_node_that_took_over_from_a_stopped_metadata_primary
 /// waited on: exit 1, "Request outcome unknown", for every command of the first ~10 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_through_the_node_that_took_over_from_a_killed_metadata_primary_succeeds() {
-    let mut cluster = TestCluster::start(3);
-    let client = cluster.root_client(0).await;
-    create_stream_and_topic(&client, "s", "t", 1).await;
-    drop(client);
-    for i in 0..cluster.len() {
-        cluster.wait_normal(i, &[METADATA_GROUP]).await;
-    }
+    let mut cluster = cluster_whose_nodes_hold_a_metadata_history().await;
     let (old, _) = metadata_primary_and_backup(&cluster).await;
     let view = cluster.primary(METADATA_GROUP).map_or(0, |(_, view)| view);
     cluster.kill9(old);
