@@ -771,6 +771,25 @@ pub async fn within_for<F: Future>(limit: Duration, what: &str, fut: F) -> F::Ou
     }
 }
 
+/// The answer a client gets once its session ended on the server. The official client reads
+/// its own state first and answers `Disconnected` (8) without sending while its automatic
+/// sign-in is under way (it learned of the end from another replica's link), so a call made
+/// then is repeated until the sign-in was refused; the answer after that is returned.
+pub async fn after_session_end<T, F, Fut>(what: &str, mut call: F) -> Result<T, IggyError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, IggyError>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = within_for(Duration::from_secs(15), what, call()).await;
+        match r {
+            Err(IggyError::Disconnected) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            r => return r,
+        }
+    }
+}
+
 /// Unwraps an SDK result, naming the call and the error code on failure.
 #[track_caller]
 pub fn ok<T>(what: &str, r: Result<T, IggyError>) -> T {

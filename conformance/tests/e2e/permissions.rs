@@ -227,7 +227,7 @@ async fn in_a_cluster_a_grant_change_through_one_node_holds_on_another_at_once()
     assert_eq!(streams.len(), 1, "no stream was created by a revoked user: {:?}", streams.iter().map(|s| &s.name).collect::<Vec<_>>());
     let token = ok("dave's token", within("token", dave.create_personal_access_token("daves", PersonalAccessTokenExpiry::NeverExpire)).await).token;
     ok("delete dave", within("delete", root.delete_user(&name("dave"))).await);
-    let r = within_for(Duration::from_secs(15), "dave after deletion", dave.get_me()).await;
+    let r = after_session_end("dave after deletion", || dave.get_me()).await;
     expect_code("dave's session on the backup ended with his deletion", r, 40);
     let fresh = cluster.node(backup).anonymous_client().await;
     expect_code("dave's token on the backup", within("login", fresh.login_with_personal_access_token(&token)).await, 53);
@@ -238,7 +238,7 @@ async fn in_a_cluster_a_grant_change_through_one_node_holds_on_another_at_once()
     ok("ella on the backup", within("me", ella.get_me()).await);
     let inactive = UserUpdateOptions { status: Some(UserStatus::Inactive), ..Default::default() };
     ok("deactivate ella", within("update", root.update_user(&name("ella"), &inactive)).await);
-    let r = within_for(Duration::from_secs(15), "ella after deactivation", ella.get_me()).await;
+    let r = after_session_end("ella after deactivation", || ella.get_me()).await;
     expect_code("ella's session on the backup ended with her deactivation", r, 40);
     let fresh = cluster.node(backup).anonymous_client().await;
     expect_code("inactive ella on the backup", within("login", fresh.login_user("ella", "ella-secret")).await, 47);
