@@ -230,6 +230,15 @@ impl StateMachine for MetadataMachine {
         }
     }
 
+    /// An op that makes partition directories is fsynced before it is applied, whatever the
+    /// node's durability: their files are made durable later (a sealed segment, a checkpoint),
+    /// and a machine crash that kept those but lost the op (a filesystem turned read-only, the
+    /// journal's pages never written) left directories no history names, which a start refuses
+    /// until `--fresh` erases them.
+    fn persisted(&self, operation: u8) -> bool {
+        makes_partitions(operation)
+    }
+
     fn registered(&mut self, op: u64, client: u128, body: &Bytes) {
         let mut metadata = self.shared.metadata.borrow_mut();
         if machine::register(&mut metadata, op, client, body).is_err() {
@@ -305,5 +314,42 @@ impl StateMachine for MetadataMachine {
     fn sessions_held_by_peer(&mut self, from: u8, sessions: &[(u128, u64)]) {
         tracing::trace!("replica {from} holds {} sessions", sessions.len());
         self.shared.sessions_held_elsewhere(sessions);
+    }
+}
+
+/// Whether a metadata op of `operation` creates partitions (a topic with its partitions, or more
+/// partitions), and so their directories.
+fn makes_partitions(operation: u8) -> bool {
+    matches!(
+        Operation::from_repr(operation),
+        Some(
+            Operation::CreateTopic
+                | Operation::CreateTopicWithAssignments
+                | Operation::CreatePartitions
+                | Operation::CreatePartitionsWithAssignments
+        )
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ops_that_make_partitions_are_fsynced_whatever_the_durability() {
+        let makes: Vec<Operation> = Operation::ALL
+            .iter()
+            .copied()
+            .filter(|operation| makes_partitions(operation.to_repr()))
+            .collect();
+        assert_eq!(
+            makes,
+            [
+                Operation::CreateTopicWithAssignments,
+                Operation::CreatePartitionsWithAssignments,
+                Operation::CreateTopic,
+                Operation::CreatePartitions,
+            ]
+        );
     }
 }
