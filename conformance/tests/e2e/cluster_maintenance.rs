@@ -6,6 +6,7 @@
 use crate::harness::*;
 use crate::test_cluster::*;
 use iggy::prelude::*;
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -498,6 +499,62 @@ async fn a_primary_whose_clock_is_an_hour_ahead_expires_nothing_early() {
     every_node_serves(&cluster, &s, &t, 0, 0..14).await;
     let log = cluster.node(ahead).log();
     assert!(crate::test_cluster::current_start(&log).contains("serving"), "{log}");
+}
+
+/// The wall clock of a running node that leads the metadata group and a partition steps an
+/// hour ahead (a VM resumed from a snapshot, a bad NTP step), with the clocks agreeing before:
+/// its retention passes still judge the topic's 30-minute expiry, and its token cleaning an
+/// hour's token, by the peers' clocks, and the messages it is sent at the step are stamped with
+/// their time. The peers' clocks were once estimated as offsets from this node's own, so they
+/// stepped with it until their next Pongs: in that gap every closed segment was retired on
+/// every node, the tokens deleted, and the partition's messages stamped an hour ahead (stamps
+/// never go back, so its later ones too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_primary_whose_clock_steps_an_hour_ahead_expires_and_stamps_nothing_by_it() {
+    let skews = tempfile::tempdir().expect("a directory for the clock skews");
+    let library = skewed_clock_library().to_str().expect("a UTF-8 path").to_string();
+    let skew = |node: usize| skews.path().join(format!("skew-{node}"));
+    let mut node_env = BTreeMap::new();
+    for node in 0..3 {
+        std::fs::write(skew(node), "0").expect("write a skew");
+        let file = skew(node).to_str().expect("a UTF-8 path").to_string();
+        node_env.insert(node, vec![("LD_PRELOAD".to_string(), library.clone()), ("IGGY_TEST_CLOCK_SKEW_FILE".to_string(), file)]);
+    }
+    let options = ClusterOptions {
+        env: vec![("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS".to_string(), "100".to_string())],
+        node_env,
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    let (stepped, _) = crate::cluster::metadata_primary_and_backup(&cluster).await;
+    let client = cluster.root_client(stepped).await;
+    let expiry = IggyExpiry::ExpireDuration(IggyDuration::from(Duration::from_secs(1800)));
+    let (stream, topic) = topic_of_small_segments(&client, "x", 3, expiry).await;
+    let (s, t) = (id(stream), id(topic));
+    // The partition the metadata primary leads (new partitions spread their primaries).
+    let led = |p: &u32| cluster.primary(partition_group(stream, topic, *p)).is_some_and(|(primary, _)| usize::from(primary) == stepped);
+    let partition = wait_until("a partition led by the metadata primary", Duration::from_secs(30), || (0..3).find(led), || cluster.describe(METADATA_GROUP)).await;
+    let hour = PersonalAccessTokenExpiry::ExpireDuration(IggyDuration::from(Duration::from_secs(3600)));
+    ok("create token", within("create token", client.create_personal_access_token("hour", hour)).await);
+    send_big(&client, &s, &t, partition, 0..14).await;
+    every_node_serves(&cluster, &s, &t, partition, 0..14).await;
+    std::fs::write(skew(stepped), "3600").expect("step the clock");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    send_big(&client, &s, &t, partition, 14..16).await;
+    // Thirty retention passes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    every_node_serves(&cluster, &s, &t, partition, 0..16).await;
+    let tokens = ok("list tokens", within("list tokens", client.get_personal_access_tokens()).await);
+    assert!(tokens.iter().any(|token| token.name == "hour"), "the hour's token is kept: {tokens:?}");
+    let polled = poll(&client, &s, &t, partition, &consumer("c"), PollingStrategy::offset(14), 2, false).await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
+    for message in &polled.messages {
+        let stamped = message.header.timestamp;
+        assert!(stamped < now + 60_000_000, "offset {} stamped {}s ahead", message.header.offset, (stamped - now) / 1_000_000);
+    }
+    let log = cluster.node(stepped).log();
+    assert!(log.contains("this node's clock is 3600"), "the stepped node says its clock is off: {log}");
 }
 
 /// A partition's primary whose wall clock is an hour behind stamps the messages it is sent with

@@ -563,9 +563,10 @@ impl BusSender {
 
     /// Per peer with a sample: its clock minus this node's, in microseconds.
     pub fn clock_offsets(&self) -> Vec<(u8, i64)> {
+        let (own, now) = (wall_clock::now_micros(), Instant::now());
         let clocks = self.peer_clocks().into_iter();
         clocks
-            .map(|(peer, sample)| (peer, sample.offset_micros))
+            .map(|(peer, sample)| (peer, sample.offset_micros(own, now)))
             .collect()
     }
 
