@@ -533,6 +533,15 @@ impl Default for TopicSettings {
 
 pub const MAX_PARTITIONS_PER_TOPIC: u32 = 100_000;
 
+/// Topics of one stream: a partition's consensus group id packs the topic id into 12 bits
+/// (spec/frames.spec), as the official client packs its namespaces (`MAX_TOPICS`); a 4097th
+/// topic would take topic 0's groups. Ids are the lowest free, so they stay below this.
+pub const MAX_TOPICS_PER_STREAM: usize = 1 << 12;
+
+/// Streams: the official client packs a stream id into 20 bits of its namespaces
+/// (`MAX_STREAMS`), so a stream id beyond them would reach another stream's partitions there.
+pub const MAX_STREAMS: usize = 1 << 20;
+
 impl Metadata {
     // ----- lookups -----
 
@@ -628,6 +637,9 @@ impl Metadata {
         if self.streams.values().any(|s| s.name == name) {
             return Err(ErrorCode::StreamNameAlreadyExists);
         }
+        if self.streams.len() >= MAX_STREAMS {
+            return Err(ErrorCode::TooManyStreams);
+        }
         let id = lowest_free(&self.streams);
         let stream = Stream {
             id,
@@ -701,6 +713,9 @@ impl Metadata {
         let stream = self.streams.get_mut(&stream_id).expect("found");
         if stream.topics.values().any(|t| t.name == name) {
             return Err(ErrorCode::TopicNameAlreadyExists);
+        }
+        if stream.topics.len() >= MAX_TOPICS_PER_STREAM {
+            return Err(ErrorCode::TooManyTopics);
         }
         let id = lowest_free(&stream.topics);
         let mut topic = Topic {
@@ -1235,6 +1250,25 @@ mod tests {
         m.delete_stream(&Ident::Id(0)).unwrap();
         assert_eq!(m.create_stream("c", 1), Ok(0));
         assert_eq!(m.stream(&Ident::Name("b".into())).unwrap().id, 1);
+    }
+
+    /// A partition's group id has 12 bits for its topic: a stream's 4097th topic (id 4096)
+    /// once took topic 0's groups in a cluster, and topic 0 took no more writes.
+    #[test]
+    fn a_stream_holds_at_most_4096_topics_and_a_freed_id_is_taken_again() {
+        let mut m = Metadata::default();
+        m.create_stream("s", 1).unwrap();
+        let stream = Ident::Id(0);
+        for t in 0..MAX_TOPICS_PER_STREAM {
+            let created = m.create_topic(&stream, &format!("t{t}"), 0, TopicSettings::default(), 2, 1);
+            assert_eq!(created.map(|(_, id, _)| id), Ok(t as u32));
+        }
+        let over = m.create_topic(&stream, "over", 0, TopicSettings::default(), 3, 1);
+        assert_eq!(over.map(|(_, id, _)| id), Err(ErrorCode::TooManyTopics));
+        m.delete_topic(&stream, &Ident::Id(7)).unwrap();
+        let again = m.create_topic(&stream, "again", 0, TopicSettings::default(), 4, 1);
+        assert_eq!(again.map(|(_, id, _)| id), Ok(7));
+        assert_eq!(m.create_stream("another", 1), Ok(1), "the limit is per stream");
     }
 
     /// Root keeps its name against user managers (one renamed it and created a user under
