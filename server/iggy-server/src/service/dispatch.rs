@@ -134,18 +134,15 @@ fn record(
     let command = match operation {
         Operation::NonReplicated => commands::COMMANDS.iter().find(|c| c.code == code),
         _ => command_for(operation),
-    }
-    .map_or("unknown", |c| c.name);
+    };
+    let result_framed = command.is_some_and(|c| c.result_framed);
     let outcome = match dispatched {
         Dispatched::Reply(reply) | Dispatched::HeldReply(reply, _) => Outcome::Status(
-            iggy_generated::frames::ReplyHeader::decode_fixed(
-                &reply[..frame::HEADER_SIZE.min(reply.len())],
-            )
-            .map_or(u32::MAX, |h| h.status),
+            frame::answered_status(reply, result_framed).unwrap_or(u32::MAX),
         ),
         Dispatched::Close(_) => Outcome::Evicted,
     };
-    node.metrics.record(command, outcome, elapsed);
+    node.metrics.record(command.map_or("unknown", |c| c.name), outcome, elapsed);
 }
 
 async fn answer_within(

@@ -154,6 +154,21 @@ pub fn reply_in_place(
     reply_header(request, operation, meta, frame.len()).encode_fixed(&mut frame[..HEADER_SIZE]);
 }
 
+/// The status a client reads in `reply` (0 = success): the header's, or, in a committed reply
+/// of a result-framed command (status 0 and the committed marker), the result its body
+/// carries: a metadata op the model refused when it applied it (a name taken) commits with
+/// that refusal. `None` for bytes too short to be a reply.
+pub fn answered_status(reply: &[u8], result_framed: bool) -> Option<u32> {
+    let at = ReplyHeader::STATUS_OFFSET;
+    let status = u32::from_le_bytes(reply.get(at..at + 4)?.try_into().expect("4 bytes"));
+    let marker = ReplyHeader::RESERVED_OFFSET + COMMITTED_MARKER;
+    if status != 0 || !result_framed || reply.get(marker) != Some(&1) {
+        return Some(status);
+    }
+    let body = reply.get(HEADER_SIZE..).unwrap_or_default();
+    Some(iggy_metadata::replies::rejection_of(body).map_or(0, ErrorCode::code))
+}
+
 /// Encodes a failed reply: status set, empty body.
 pub fn error_reply(request: &RequestHeader, operation: Operation, error: ErrorCode) -> Vec<u8> {
     reply(
@@ -196,6 +211,26 @@ pub fn eviction(client: u128, reason: EvictionReason) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A metadata op the model refused as it applied it (a stream name taken) is a committed
+    /// reply whose body carries the refusal: metrics and the request log once counted it as
+    /// a success (status 0) while the client was told 1012.
+    #[test]
+    fn the_answered_status_is_the_headers_or_a_committed_results() {
+        let request = RequestHeader::decode_fixed(&request(Operation::CreateStream.to_repr(), 256)).unwrap();
+        let (operation, committed) = (Operation::CreateStream, ReplyMeta { commit: 5, status: 0, committed: true });
+        let taken = iggy_metadata::replies::result_rejection(ErrorCode::StreamNameAlreadyExists);
+        let refused = reply(&request, operation, committed, &taken);
+        assert_eq!(answered_status(&refused, true), Some(ErrorCode::StreamNameAlreadyExists.code()));
+        // A command whose committed replies are not result-framed keeps its header's status.
+        assert_eq!(answered_status(&refused, false), Some(0));
+        let done = reply(&request, operation, committed, &[0, 0, 0, 0, 7, 7]);
+        assert_eq!(answered_status(&done, true), Some(0));
+        assert_eq!(answered_status(&reply(&request, operation, committed, &[]), true), Some(0));
+        let failed = error_reply(&request, Operation::NonReplicated, ErrorCode::InvalidCommand);
+        assert_eq!(answered_status(&failed, false), Some(ErrorCode::InvalidCommand.code()));
+        assert_eq!(answered_status(&failed[..100], false), None);
+    }
 
     fn request(operation: u8, size: u32) -> [u8; HEADER_SIZE] {
         let header = RequestHeader {

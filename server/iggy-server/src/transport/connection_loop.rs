@@ -10,7 +10,7 @@ use crate::service::dispatch::Dispatched;
 use crate::service::frame::{self, HEADER_SIZE};
 use iggy_generated::commands;
 use iggy_generated::errors::ErrorCode;
-use iggy_generated::frames::{EvictionHeader, EvictionReason, Operation, ReplyHeader};
+use iggy_generated::frames::{EvictionHeader, EvictionReason, Operation};
 use iggy_generated::protocol;
 use std::rc::Rc;
 use std::time::Duration;
@@ -310,6 +310,8 @@ struct RequestTrace {
     started: std::time::Instant,
     session: Option<u64>,
     command: String,
+    /// Whether a committed reply carries its result in the body (`frame::answered_status`).
+    result_framed: bool,
     partition: Option<u32>,
 }
 
@@ -327,6 +329,7 @@ impl RequestTrace {
             started: std::time::Instant::now(),
             session: connection.bound.map(|bound| bound.session),
             command: name,
+            result_framed: command.is_some_and(|command| command.result_framed),
             partition: command.and_then(|command| partition_of(command, body)),
         }
     }
@@ -336,7 +339,7 @@ impl RequestTrace {
     fn end(self, connection: &Connection, dispatched: &Dispatched) {
         let (status, evicted) = match dispatched {
             Dispatched::Reply(bytes) | Dispatched::HeldReply(bytes, _) => {
-                (reply_status(bytes), None)
+                (frame::answered_status(bytes, self.result_framed), None)
             }
             Dispatched::Close(bytes) => {
                 let reason = bytes
@@ -426,13 +429,6 @@ fn partition_of(command: &commands::CommandInfo, body: &[u8]) -> Option<u32> {
         ),
         _ => None,
     }
-}
-
-/// A reply's status code, from its header.
-fn reply_status(reply: &[u8]) -> Option<u32> {
-    let at = ReplyHeader::STATUS_OFFSET;
-    let status = reply.get(at..at + 4)?;
-    Some(u32::from_le_bytes(status.try_into().expect("4 bytes")))
 }
 
 /// Reads and drops `len` bytes of `reader` in pieces of at most 64 KiB; an end of stream
@@ -532,27 +528,5 @@ mod tests {
         assert_eq!(partition_of(command(1), &[]), None);
         // An undecodable body names no partition (its reply says what was wrong).
         assert_eq!(partition_of(command(120), &[1, 2, 3]), None);
-    }
-
-    #[test]
-    fn reply_status_is_read_from_the_header() {
-        let request = admitted(Operation::NonReplicated, 1).header;
-        let ok = frame::reply(
-            &request,
-            Operation::NonReplicated,
-            frame::ReplyMeta::default(),
-            b"",
-        );
-        assert_eq!(reply_status(&ok), Some(0));
-        let failed = frame::error_reply(
-            &request,
-            Operation::NonReplicated,
-            ErrorCode::InvalidCommand,
-        );
-        assert_eq!(
-            reply_status(&failed),
-            Some(ErrorCode::InvalidCommand.code())
-        );
-        assert_eq!(reply_status(&failed[..100]), None);
     }
 }
