@@ -129,6 +129,20 @@ pub async fn prepare_partition_dir(
     };
     let state = match found {
         Some(found) if found == revision => PartitionDirState::Existing,
+        // The namespace publishes an incarnation only after its directory's record was
+        // written: the one published here wrote its own, so a directory naming an older one is
+        // not the directory initialized there (damaged, or put back from elsewhere), and
+        // discarding it could drop the published incarnation's acknowledged messages.
+        Some(found) if found < revision && published.is_some_and(|p| found < p) => {
+            return Err(StorageError::Refused(format!(
+                "{} names incarnation {found}, but {} publishes {}, initialized there since: \
+                 the directory is not the one initialized there; nothing was modified: restore \
+                 the partition's files from a backup, or delete and recreate the partition",
+                record.display(),
+                namespace_dir.join(CREATED_REVISION).display(),
+                published.unwrap_or_default(),
+            )));
+        }
         Some(found) if found < revision => {
             tracing::warn!(dir = %partition_dir.display(), older = found, revision,
                 "discarding partition directory of an older revision");

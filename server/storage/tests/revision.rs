@@ -49,6 +49,28 @@ fn block_on(test: impl Future<Output = ()>) {
     compio::runtime::Runtime::new().unwrap().block_on(test);
 }
 
+/// A directory naming an older incarnation than the one its namespace published was not
+/// left by that older incarnation's delete (a new incarnation publishes itself only after
+/// writing its directory's record): a start once discarded it with the published
+/// incarnation's messages and served the partition empty from offset 0.
+#[test]
+fn a_directory_older_than_its_published_incarnation_is_refused_unmodified() {
+    block_on(async {
+        let dir = DataDir::new();
+        assert_eq!(dir.prepare(8).await.unwrap(), PartitionDirState::Created);
+        std::fs::write(dir.partition.join("00000000000000000000.log"), b"acknowledged").unwrap();
+        // The directory's record says 3: put back from elsewhere, or damaged into a valid value.
+        let other = DataDir::new();
+        other.prepare(3).await.unwrap();
+        std::fs::copy(other.partition.join("created.revision"), dir.partition.join("created.revision")).unwrap();
+        for incarnation in [8, 9] {
+            let refused = dir.prepare(incarnation).await;
+            assert!(matches!(&refused, Err(StorageError::Refused(why)) if why.contains("not the one initialized there")), "{refused:?}");
+            assert!(dir.partition.join("00000000000000000000.log").exists(), "nothing was modified");
+        }
+    });
+}
+
 #[test]
 fn created_revision_rules_and_fence() {
     block_on(async {
