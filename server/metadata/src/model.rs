@@ -244,11 +244,12 @@ pub enum TopicDurability {
 }
 
 impl TopicDurability {
+    /// `replicated` or `persisted`, in any ASCII case (the official `Durability`'s `FromStr`).
     pub fn parse(value: &str) -> Option<Self> {
-        match value {
-            "replicated" => Some(TopicDurability::Replicated),
-            "persisted" => Some(TopicDurability::Persisted),
-            _ => None,
+        match crate::options::keyword(value.as_bytes(), &["replicated", "persisted"]) {
+            Ok("replicated") => Some(TopicDurability::Replicated),
+            Ok(_) => Some(TopicDurability::Persisted),
+            Err(_) => None,
         }
     }
 }
@@ -257,6 +258,17 @@ impl TopicDurability {
 pub enum ResizePolicy {
     Dynamic,
     Fixed,
+}
+
+impl ResizePolicy {
+    /// A `partition_resize_policy` value: `fixed`, or `mutable` (`dynamic`, the older name),
+    /// in any ASCII case (the official `PartitionResizePolicy`'s `FromStr`).
+    pub fn parse(value: &[u8]) -> Result<Self, ErrorCode> {
+        match crate::options::keyword(value, &["fixed", "mutable", "dynamic"])? {
+            "fixed" => Ok(ResizePolicy::Fixed),
+            _ => Ok(ResizePolicy::Dynamic),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -889,13 +901,7 @@ impl Metadata {
                 "replication_factor" => {
                     updated.replication_factor = crate::options::as_u64(value)? as u8
                 }
-                "partition_resize_policy" => {
-                    updated.resize_policy = match crate::options::as_str(value)? {
-                        "fixed" => ResizePolicy::Fixed,
-                        "mutable" | "dynamic" => ResizePolicy::Dynamic,
-                        _ => return Err(ErrorCode::InvalidOptionValue),
-                    }
-                }
+                "partition_resize_policy" => updated.resize_policy = ResizePolicy::parse(value)?,
                 _ => return Err(ErrorCode::UnsupportedOptionKey),
             }
         }

@@ -161,15 +161,28 @@ pub fn as_str(value: &[u8]) -> Result<&str, ErrorCode> {
     std::str::from_utf8(value).map_err(|_| ErrorCode::InvalidOptionValue)
 }
 
+/// Which of `words` a text value is, compared without ASCII case, as the official types'
+/// `FromStr` read them (`Durability`, `PartitionResizePolicy`, `CompressionAlgorithm`).
+pub fn keyword(value: &[u8], words: &[&'static str]) -> Result<&'static str, ErrorCode> {
+    let text = as_str(value)?;
+    words
+        .iter()
+        .find(|word| word.eq_ignore_ascii_case(text))
+        .copied()
+        .ok_or(ErrorCode::InvalidOptionValue)
+}
+
 /// A `compression_algorithm` value (`none` or `gzip`) as the code topics carry on the wire:
 /// 1 none, 2 gzip, as in the official SDK's `CompressionAlgorithm`.
 pub fn compression_algorithm(value: &[u8]) -> Result<u8, ErrorCode> {
-    match as_str(value)? {
+    match keyword(value, &["none", "gzip"])? {
         "none" => Ok(1),
-        "gzip" => Ok(2),
-        _ => Err(ErrorCode::InvalidOptionValue),
+        _ => Ok(2),
     }
 }
+
+/// The official client's bound on `messages_required_to_save` (its codec refuses 0 and more).
+pub const MESSAGES_REQUIRED_TO_SAVE_MAX: u64 = 16 * 1024 * 1024;
 
 #[cfg(test)]
 mod tests {
@@ -265,12 +278,43 @@ mod tests {
         );
     }
 
+    /// As the official option codec reads them: keywords in any ASCII case (a `Fixed` resize
+    /// policy was once refused 4042), `messages_required_to_save` from 1 to 16 MiB (0 and more
+    /// were once accepted).
+    #[test]
+    fn keywords_in_any_case_and_messages_required_to_save_within_the_official_bounds() {
+        let check = |key: &str, value: &[u8]| check_value(key, kind::STRING, value);
+        for (key, value) in [
+            ("partition_resize_policy", &b"Fixed"[..]),
+            ("partition_resize_policy", b"MUTABLE"),
+            ("durability", b"Persisted"),
+            ("consumer_offset_durability", b"REPLICATED"),
+            ("messages_required_to_save", b"1"),
+            ("messages_required_to_save", b"16777216"),
+        ] {
+            assert_eq!(check(key, value), Ok(()), "{key}={value:?}");
+        }
+        for (key, value) in [
+            ("partition_resize_policy", &b"fixedd"[..]),
+            ("durability", b"Persist"),
+            ("messages_required_to_save", b"0"),
+            ("messages_required_to_save", b"16777217"),
+            ("status", b"Active"),
+        ] {
+            assert_eq!(check(key, value), Err(ErrorCode::InvalidOptionValue), "{key}={value:?}");
+        }
+        assert_eq!(crate::model::ResizePolicy::parse(b"FIXED"), Ok(crate::model::ResizePolicy::Fixed));
+        assert_eq!(crate::model::TopicDurability::parse("PERSISTED"), Some(crate::model::TopicDurability::Persisted));
+    }
+
     #[test]
     fn compression_algorithm_is_read_from_its_name_not_from_integer_bytes() {
         assert_eq!(compression_algorithm(b"none"), Ok(1));
         assert_eq!(compression_algorithm(b"gzip"), Ok(2));
+        // In any case, as the official `CompressionAlgorithm::from_str` reads it.
+        assert_eq!(compression_algorithm(b"GZip"), Ok(2));
         // Four bytes once read as a u32 (and then truncated) instead of refused.
-        for bad in [&b"zstd"[..], b"GZIP", b"", &2u32.to_le_bytes(), &[0xff]] {
+        for bad in [&b"zstd"[..], b"gzip ", b"", &2u32.to_le_bytes(), &[0xff]] {
             assert_eq!(
                 compression_algorithm(bad),
                 Err(ErrorCode::InvalidOptionValue),
@@ -404,11 +448,15 @@ fn check_value(key: &str, kind: u8, value: &[u8]) -> Result<(), ErrorCode> {
                 Err(ErrorCode::InvalidOptionValue)
             }
         }
-        "message_expiry" | "max_topic_size" | "messages_required_to_save" => {
-            number(key, kind, value).map(|_| ())
+        "message_expiry" | "max_topic_size" => number(key, kind, value).map(|_| ()),
+        "messages_required_to_save" => match number(key, kind, value)? {
+            1..=MESSAGES_REQUIRED_TO_SAVE_MAX => Ok(()),
+            _ => Err(ErrorCode::InvalidOptionValue),
+        },
+        "durability" | "consumer_offset_durability" => {
+            keyword(value, &["replicated", "persisted"]).map(|_| ())
         }
-        "durability" | "consumer_offset_durability" => one_of(&["replicated", "persisted"]),
-        "partition_resize_policy" => one_of(&["mutable", "fixed"]),
+        "partition_resize_policy" => keyword(value, &["mutable", "fixed"]).map(|_| ()),
         "compression_algorithm" => compression_algorithm(value).map(|_| ()),
         "status" => one_of(&["active", "inactive"]),
         "preallocate_segments" => match value {

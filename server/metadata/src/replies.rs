@@ -441,13 +441,7 @@ pub fn topic_settings(options: &[u8]) -> Result<TopicSettings, ErrorCode> {
             "compression_algorithm" => {
                 settings.compression_algorithm = crate::options::compression_algorithm(value)?
             }
-            "partition_resize_policy" => {
-                settings.resize_policy = match crate::options::as_str(value)? {
-                    "fixed" => ResizePolicy::Fixed,
-                    "mutable" | "dynamic" => ResizePolicy::Dynamic,
-                    _ => return Err(ErrorCode::InvalidOptionValue),
-                }
-            }
+            "partition_resize_policy" => settings.resize_policy = ResizePolicy::parse(value)?,
             "durability" => {
                 settings.durability = TopicDurability::parse(crate::options::as_str(value)?)
                     .ok_or(ErrorCode::InvalidOptionValue)?
@@ -479,7 +473,7 @@ mod tests {
                 .compression_algorithm,
             1
         );
-        for bad in [&b"zstd"[..], b"GZIP", &2u32.to_le_bytes()] {
+        for bad in [&b"zstd"[..], b"gzip2", &2u32.to_le_bytes()] {
             assert_eq!(
                 topic_settings(&block(bad)).map(|s| s.compression_algorithm),
                 Err(ErrorCode::InvalidOptionValue),
