@@ -194,10 +194,11 @@ fn root_credentials(default: bool, env: impl Fn(&str) -> Option<String>) -> (Str
 /// The root user's credentials as creating any user takes them (the environment's
 /// `IGGY_ROOT_USERNAME` and `IGGY_ROOT_PASSWORD` are the operator's to fix).
 fn check_root_credentials(user: &str, password: &str) -> Result<(), String> {
-    if iggy_metadata::model::check_username(user).is_err() {
+    let shown = service::user_commands::check_username_shown(user);
+    if iggy_metadata::model::check_username(user).is_err() || shown.is_err() {
         return Err(format!(
             "IGGY_ROOT_USERNAME {user:?} is not a valid user name (3 to 50 bytes, no control \
-             character)"
+             character, no white space at an edge, no invisible formatting character)"
         ));
     }
     if service::user_commands::check_password(password).is_err() {
@@ -499,9 +500,11 @@ fn main() -> ExitCode {
     let unread = config::unread_env_vars(variables);
     if !unread.is_empty() {
         tracing::warn!(
-            "{} name no configuration section and are not read (`iggy-server \
+            "{} {} no configuration section and {} not read (`iggy-server \
              --list-config-env-vars` lists every variable; sections and keys are upper case)",
-            unread.join(", ")
+            unread.join(", "),
+            if unread.len() == 1 { "names" } else { "name" },
+            if unread.len() == 1 { "is" } else { "are" },
         );
     }
     // Before the data directory is touched: a start on a hung disk stops too.
@@ -1470,6 +1473,10 @@ mod tests {
             |user: &str, password: &str| check_root_credentials(user, password).unwrap_err();
         assert!(refused("a", "secret").contains("IGGY_ROOT_USERNAME \"a\""));
         assert!(refused(&"u".repeat(51), "secret").contains("IGGY_ROOT_USERNAME"));
+        // As for any new user: names that show as another in a user list (they once passed).
+        for look_alike in [" admin", "admin\t", "ad\u{200b}min"] {
+            assert!(refused(look_alike, "secret").contains("IGGY_ROOT_USERNAME"), "{look_alike:?}");
+        }
         let said = refused("admin", "x");
         assert!(
             said.contains("IGGY_ROOT_PASSWORD") && !said.contains("\"x\""),

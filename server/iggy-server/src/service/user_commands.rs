@@ -38,7 +38,7 @@ pub fn check_password(password: &str) -> Result<(), ErrorCode> {
 /// word joiners, a byte-order mark, soft hyphen), with which a user manager made users that
 /// show as "iggy" (InvalidUsername). Asked before the op is submitted, not as it applies: the
 /// names of ops journaled already replay as they did.
-fn check_username_shown(name: &str) -> Result<(), ErrorCode> {
+pub fn check_username_shown(name: &str) -> Result<(), ErrorCode> {
     let invisible = |c: char| {
         matches!(
             c,
