@@ -441,7 +441,7 @@ async fn replicas_configured_with_different_segment_sizes_cut_and_retire_the_sam
 
 /// `support/skewed_clock.c` built as a library to preload into a node (`LD_PRELOAD`): its wall
 /// clock reads `IGGY_TEST_CLOCK_SKEW_SECS` seconds ahead.
-fn skewed_clock_library() -> std::path::PathBuf {
+pub(crate) fn skewed_clock_library() -> std::path::PathBuf {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {

@@ -228,3 +228,40 @@ async fn server_timestamps_follow_offsets_when_new_producers_join_a_busy_partiti
     let inversions: Vec<_> = messages.windows(2).filter(|pair| pair[1].1 < pair[0].1).collect();
     assert!(inversions.is_empty(), "{} of {} messages stamped before the one at the offset below: {inversions:?}", inversions.len(), messages.len());
 }
+
+/// A node restarted with its clock an hour behind (set back while it was down) stamps the
+/// messages it is sent after the newest it holds, not by its clock: they were once stamped an
+/// hour before the messages at lower offsets, and a poll by a timestamp between skipped them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_with_its_clock_set_back_stamps_after_what_it_holds() {
+    let library = crate::cluster_maintenance::skewed_clock_library();
+    let library = library.to_str().expect("a UTF-8 path");
+    let mut server = TestServer::start_with_env(&[("LD_PRELOAD", library), ("IGGY_TEST_CLOCK_SKEW_SECS", "0")]);
+    let admin = server.root_client().await;
+    create_stream_and_topic(&admin, "s", "t", 1).await;
+    for i in 0..3 {
+        let mut m = msgs(&format!("before{i}-"), 2);
+        ok("send", admin.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut m).await);
+    }
+    drop(admin);
+    server.stop();
+    server.set_env("IGGY_TEST_CLOCK_SKEW_SECS", Some("-3600"));
+    server.restart();
+    let admin = server.root_client().await;
+    for i in 0..3 {
+        let mut m = msgs(&format!("after{i}-"), 2);
+        ok("send", admin.send_messages(&name("s"), &name("t"), &Partitioning::partition_id(0), &mut m).await);
+    }
+    let polled = poll(&admin, &name("s"), &name("t"), 0, &consumer("c"), PollingStrategy::offset(0), 100, false).await;
+    assert_eq!(polled.messages.len(), 12);
+    for pair in polled.messages.windows(2) {
+        let (earlier, later) = (&pair[0].header, &pair[1].header);
+        assert!(
+            earlier.timestamp <= later.timestamp,
+            "offset {} stamped {}s before offset {}",
+            later.offset,
+            (earlier.timestamp - later.timestamp) / 1_000_000,
+            earlier.offset
+        );
+    }
+}

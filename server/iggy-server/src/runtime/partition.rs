@@ -374,8 +374,11 @@ impl StateMachine for PartitionMachine {
         iggy_generated::frames::BatchHeader::BASE_TIMESTAMP_OFFSET,
     ));
 
+    /// Never below the newest batch the log holds (stowed ones too): a node restarted with its
+    /// clock set back, or a new primary whose clock is a little behind its predecessor's,
+    /// stamped messages before those at lower offsets (a poll by timestamp then skipped them).
     fn stamp_clock(&self) -> u64 {
-        self.clock.now_micros()
+        self.clock.now_micros().max(self.log.newest_timestamp())
     }
 
     type Read = PartitionRead;
