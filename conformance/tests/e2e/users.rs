@@ -501,7 +501,7 @@ async fn a_generated_root_password_is_printed_once_and_signs_in() {
                 .env_remove("RUST_LOG")
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::null())
+                .stderr(std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join("server.log")).expect("a log file"))
                 .spawn()
                 .expect("spawn iggy-server");
             // Every stdout line, read until the process ends.
@@ -509,9 +509,12 @@ async fn a_generated_root_password_is_printed_once_and_signs_in() {
             let lines = std::thread::spawn(move || std::io::BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
             (child, lines)
         };
-        let serving = |child: &mut std::process::Child| {
+        // Serving, not only bound (the listeners are bound before the root user is created):
+        // this start's "serving" line, each start's log appended to the last.
+        let serving = |child: &mut std::process::Child, starts: usize| {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-            while std::net::TcpStream::connect(&address).is_err() {
+            let log = || std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
+            while log().matches("replica 0 serving").count() < starts {
                 assert!(child.try_wait().expect("poll the child").is_none(), "{format}: the server exited at start");
                 assert!(std::time::Instant::now() < deadline, "{format}: the server did not serve within 30 s");
                 std::thread::sleep(std::time::Duration::from_millis(50));
@@ -525,7 +528,7 @@ async fn a_generated_root_password_is_printed_once_and_signs_in() {
         };
 
         let (mut child, lines) = start();
-        serving(&mut child);
+        serving(&mut child, 1);
         let printed = stop(child, lines);
         let password = match format {
             "text" => {
@@ -543,7 +546,7 @@ async fn a_generated_root_password_is_printed_once_and_signs_in() {
         assert!(password.len() >= 16, "{format}: a long password: {password:?}");
 
         let (mut child, lines) = start();
-        serving(&mut child);
+        serving(&mut child, 2);
         let client = IggyClient::from_connection_string(&format!("iggy://iggy:{password}@{address}")).expect("connection string");
         within("connect and sign in with the printed password", client.connect())
             .await
@@ -553,4 +556,56 @@ async fn a_generated_root_password_is_printed_once_and_signs_in() {
         let printed = stop(child, lines);
         assert!(printed.is_empty(), "{format}: nothing printed at the next start: {printed:?}");
     }
+}
+
+/// A first start whose address is taken exits 1 before the root user is created: the next
+/// start, on a free address, prints the generated password. The refused start once created
+/// the root user and printed its password, and the corrected start printed none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_start_refused_for_a_taken_address_leaves_the_root_password_to_the_next() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("take a port");
+    let address = taken.local_addr().expect("its address").to_string();
+    let start = |log: &str| {
+        let mut command = std::process::Command::new(server_binary());
+        without_shell_settings(&mut command);
+        let mut child = command
+            .current_dir(dir.path())
+            .env("IGGY_TCP_ADDRESS", &address)
+            .env("IGGY_QUIC_ENABLED", "false")
+            .env("IGGY_HTTP_ENABLED", "false")
+            .env("IGGY_WEBSOCKET_ENABLED", "false")
+            .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join(log)).expect("a log file"))
+            .spawn()
+            .expect("spawn iggy-server");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let lines = std::thread::spawn(move || std::io::BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
+        (child, lines)
+    };
+    let (mut refused, lines) = start("refused.log");
+    let status = refused.wait().expect("wait for the refused start");
+    assert_eq!(status.code(), Some(1), "a taken address refuses the start");
+    let printed = lines.join().expect("stdout reader");
+    assert!(printed.is_empty(), "the refused start printed no password: {printed:?}");
+    drop(taken);
+    let (mut child, lines) = start("next.log");
+    // Serving, not only bound: the listeners are bound before the root user is created.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let log = || std::fs::read_to_string(dir.path().join("next.log")).unwrap_or_default();
+    while !log().contains("replica 0 serving") {
+        assert!(child.try_wait().expect("poll the child").is_none(), "the server exited at start");
+        assert!(std::time::Instant::now() < deadline, "the server did not serve within 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    child.wait().expect("wait for the server");
+    let printed = lines.join().expect("stdout reader");
+    let [line] = &printed[..] else { panic!("one line on stdout: {printed:?}; the log:\n{}", log()) };
+    assert!(line.starts_with("root user \"iggy\" generated password: "), "{line}");
 }

@@ -1114,14 +1114,9 @@ async fn run(
             .leases()
             .follow_metadata(node.metadata.shared_figures());
     }
-    // In a cluster only the metadata primary creates it; the others learn it by replication
-    // (so every node must be given the same credentials).
-    service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
-    if generated && node.root_created.get() {
-        print_generated_password(&cfg.system.logging, &user, &pw);
-    }
-    // HTTP is bound before the binary transports serve, so an address it cannot have stops
-    // the start before any client is served.
+    // Every listener is bound before the root user is created and before any serves, so an
+    // address the node cannot have stops the start first: a refused first start once created
+    // the root user and printed its generated password, and the corrected start printed none.
     let http = match cfg.http.enabled {
         true => match bind_http(&cfg.http, &node).await {
             Ok(http) => Some(http),
@@ -1132,15 +1127,22 @@ async fn run(
         },
         false => None,
     };
-    // From here on clients are served: a stop drains them (below).
-    serving.set(true);
-    let listeners = match transport::listen(&cfg, &node, &quic_reset_key).await {
-        Ok(listeners) => listeners,
+    let bound = match transport::bind(&cfg, &quic_reset_key).await {
+        Ok(bound) => bound,
         Err(error) => {
             eprintln!("iggy-server: {error}");
             return ExitCode::FAILURE;
         }
     };
+    // In a cluster only the metadata primary creates it; the others learn it by replication
+    // (so every node must be given the same credentials).
+    service::auth::ensure_root(&node, (user.clone(), pw.clone())).await;
+    if generated && node.root_created.get() {
+        print_generated_password(&cfg.system.logging, &user, &pw);
+    }
+    // From here on clients are served: a stop drains them (below).
+    serving.set(true);
+    let listeners = bound.serve(&node);
     if let Some(http) = http {
         http.serve(&node);
     }

@@ -165,15 +165,18 @@ impl Listeners {
     }
 }
 
-/// Binds every enabled binary transport (TCP or TCP+TLS, QUIC, WebSocket or WSS), then starts
-/// serving them: each "listening on" line is logged once every listener is bound. The first
-/// that cannot bind (or whose certificate cannot be had) stops the start: the error names the
-/// transport and its address.
-pub async fn listen(
-    config: &Config,
-    node: &Rc<Node>,
-    quic_reset_key: &[u8],
-) -> Result<Listeners, String> {
+/// Every enabled binary transport's listener, bound and not yet serving ([`bind`]).
+pub struct BoundListeners {
+    tcp: Option<Bound>,
+    quic: Option<(compio::quic::Endpoint, SocketAddr)>,
+    websocket: Option<Bound>,
+}
+
+/// Binds every enabled binary transport (TCP or TCP+TLS, QUIC, WebSocket or WSS), serving none
+/// yet: the first that cannot bind (or whose certificate cannot be had) stops the start before
+/// the root user is created or any client served; the error names the transport and its
+/// address.
+pub async fn bind(config: &Config, quic_reset_key: &[u8]) -> Result<BoundListeners, String> {
     let failed = |name: &str, address: &str, error: &dyn std::fmt::Display| {
         format!("cannot bind {name} {address}: {error}")
     };
@@ -204,27 +207,38 @@ pub async fn listen(
         }
         false => None,
     };
-    let ports = &node.shared.listening;
-    if let Some((listener, local, acceptor)) = tcp {
-        ports.set("tcp", local.port());
-        let name = if acceptor.is_some() { "tcp+tls" } else { "tcp" };
-        tracing::info!("listening on {name} {local}");
-        compio::runtime::spawn(tcp::serve(listener, node.clone(), acceptor)).detach();
+    Ok(BoundListeners {
+        tcp,
+        quic,
+        websocket,
+    })
+}
+
+impl BoundListeners {
+    /// Starts serving every bound listener; each "listening on" line is logged now.
+    pub fn serve(self, node: &Rc<Node>) -> Listeners {
+        let ports = &node.shared.listening;
+        if let Some((listener, local, acceptor)) = self.tcp {
+            ports.set("tcp", local.port());
+            let name = if acceptor.is_some() { "tcp+tls" } else { "tcp" };
+            tracing::info!("listening on {name} {local}");
+            compio::runtime::spawn(tcp::serve(listener, node.clone(), acceptor)).detach();
+        }
+        let mut listeners = Listeners { quic: None };
+        if let Some((endpoint, local)) = self.quic {
+            ports.set("quic", local.port());
+            tracing::info!("listening on quic {local}");
+            listeners.quic = Some(endpoint.clone());
+            compio::runtime::spawn(quic::serve(endpoint, node.clone())).detach();
+        }
+        if let Some((listener, local, acceptor)) = self.websocket {
+            ports.set("websocket", local.port());
+            let name = if acceptor.is_some() { "wss" } else { "ws" };
+            tracing::info!("listening on {name} {local}");
+            compio::runtime::spawn(ws::serve(listener, node.clone(), acceptor)).detach();
+        }
+        listeners
     }
-    let mut listeners = Listeners { quic: None };
-    if let Some((endpoint, local)) = quic {
-        ports.set("quic", local.port());
-        tracing::info!("listening on quic {local}");
-        listeners.quic = Some(endpoint.clone());
-        compio::runtime::spawn(quic::serve(endpoint, node.clone())).detach();
-    }
-    if let Some((listener, local, acceptor)) = websocket {
-        ports.set("websocket", local.port());
-        let name = if acceptor.is_some() { "wss" } else { "ws" };
-        tracing::info!("listening on {name} {local}");
-        compio::runtime::spawn(ws::serve(listener, node.clone(), acceptor)).detach();
-    }
-    Ok(listeners)
 }
 
 /// Connections a stream listener's backlog holds before the kernel drops SYNs (each dropped
