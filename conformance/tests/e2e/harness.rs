@@ -784,7 +784,9 @@ where
     loop {
         let r = within_for(Duration::from_secs(15), what, call()).await;
         match r {
-            Err(IggyError::Disconnected) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(IggyError::Disconnected) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
             r => return r,
         }
     }

@@ -301,10 +301,20 @@ mod tests {
             ("messages_required_to_save", b"16777217"),
             ("status", b"Active"),
         ] {
-            assert_eq!(check(key, value), Err(ErrorCode::InvalidOptionValue), "{key}={value:?}");
+            assert_eq!(
+                check(key, value),
+                Err(ErrorCode::InvalidOptionValue),
+                "{key}={value:?}"
+            );
         }
-        assert_eq!(crate::model::ResizePolicy::parse(b"FIXED"), Ok(crate::model::ResizePolicy::Fixed));
-        assert_eq!(crate::model::TopicDurability::parse("PERSISTED"), Some(crate::model::TopicDurability::Persisted));
+        assert_eq!(
+            crate::model::ResizePolicy::parse(b"FIXED"),
+            Ok(crate::model::ResizePolicy::Fixed)
+        );
+        assert_eq!(
+            crate::model::TopicDurability::parse("PERSISTED"),
+            Some(crate::model::TopicDurability::Persisted)
+        );
     }
 
     #[test]

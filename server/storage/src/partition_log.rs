@@ -945,10 +945,17 @@ impl PartitionLog {
         self.segments[0].start_offset
     }
 
+    /// The partition directory the log lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The newest server timestamp the log holds (its newest batch's), 0 when it holds none.
     pub fn newest_timestamp(&self) -> u64 {
         let mut segments = self.segments.iter().rev();
-        segments.find_map(|segment| segment.entries.last()).map_or(0, |entry| entry.max_timestamp)
+        segments
+            .find_map(|segment| segment.entries.last())
+            .map_or(0, |entry| entry.max_timestamp)
     }
 
     /// Bytes of all `.log` files (the `.index` files are not counted).

@@ -58,15 +58,29 @@ fn a_directory_older_than_its_published_incarnation_is_refused_unmodified() {
     block_on(async {
         let dir = DataDir::new();
         assert_eq!(dir.prepare(8).await.unwrap(), PartitionDirState::Created);
-        std::fs::write(dir.partition.join("00000000000000000000.log"), b"acknowledged").unwrap();
+        std::fs::write(
+            dir.partition.join("00000000000000000000.log"),
+            b"acknowledged",
+        )
+        .unwrap();
         // The directory's record says 3: put back from elsewhere, or damaged into a valid value.
         let other = DataDir::new();
         other.prepare(3).await.unwrap();
-        std::fs::copy(other.partition.join("created.revision"), dir.partition.join("created.revision")).unwrap();
+        std::fs::copy(
+            other.partition.join("created.revision"),
+            dir.partition.join("created.revision"),
+        )
+        .unwrap();
         for incarnation in [8, 9] {
             let refused = dir.prepare(incarnation).await;
-            assert!(matches!(&refused, Err(StorageError::Refused(why)) if why.contains("not the one initialized there")), "{refused:?}");
-            assert!(dir.partition.join("00000000000000000000.log").exists(), "nothing was modified");
+            assert!(
+                matches!(&refused, Err(StorageError::Refused(why)) if why.contains("not the one initialized there")),
+                "{refused:?}"
+            );
+            assert!(
+                dir.partition.join("00000000000000000000.log").exists(),
+                "nothing was modified"
+            );
         }
     });
 }

@@ -133,7 +133,10 @@ mod tests {
         let sample = ClockSample::of_pong(1_000, 1_400, 50_200, at).expect("a sample");
         assert_eq!(sample.offset_micros(1_400, at), 49_000);
         assert_eq!(sample.error_micros, 200);
-        assert_eq!(sample.peer_at_least(at + Duration::from_micros(600)), 50_800);
+        assert_eq!(
+            sample.peer_at_least(at + Duration::from_micros(600)),
+            50_800
+        );
         // Behind us.
         let behind = ClockSample::of_pong(HOUR, HOUR + 10, 1_000, at).expect("a sample");
         assert!(behind.offset_micros(HOUR + 10, at) < 0);
@@ -222,7 +225,10 @@ mod tests {
         let true_now = then + 1_000_000;
         let stepped = true_now + HOUR;
         let judged = quorum_now(stepped, &peers, 2, fresh, later).expect("a quorum of clocks");
-        assert!(judged.abs_diff(true_now) < 1_000, "{judged} against {true_now}");
+        assert!(
+            judged.abs_diff(true_now) < 1_000,
+            "{judged} against {true_now}"
+        );
         let clock = quorum_clock(stepped, &peers, 2, fresh, later);
         let offset = stamp_offset(stepped, clock, tolerance);
         assert!(offset.unsigned_abs().abs_diff(HOUR) < 1_000, "{offset}");

@@ -94,13 +94,28 @@ mod tests {
         let mono = 5_000_000;
         let anchor = (wall - mono) as i64;
         // Wall and monotonic went on together (50 ms of drift is no step): the wall clock.
-        assert_eq!(stamp_time(wall + 2_050_000, mono + 2_000_000, 0, anchor), wall + 2_050_000);
-        assert_eq!(stamp_time(wall + 2_000_000, mono + 2_000_000, -300, anchor), wall + 1_999_700);
+        assert_eq!(
+            stamp_time(wall + 2_050_000, mono + 2_000_000, 0, anchor),
+            wall + 2_050_000
+        );
+        assert_eq!(
+            stamp_time(wall + 2_000_000, mono + 2_000_000, -300, anchor),
+            wall + 1_999_700
+        );
         // Stepped an hour ahead, or back: the anchored time.
-        assert_eq!(stamp_time(wall + HOUR + 10, mono + 10, 0, anchor), wall + 10);
-        assert_eq!(stamp_time(wall - HOUR + 10, mono + 10, 0, anchor), wall + 10);
+        assert_eq!(
+            stamp_time(wall + HOUR + 10, mono + 10, 0, anchor),
+            wall + 10
+        );
+        assert_eq!(
+            stamp_time(wall - HOUR + 10, mono + 10, 0, anchor),
+            wall + 10
+        );
         // The offset a pass set (this clock an hour behind the peers) applies to either.
-        assert_eq!(stamp_time(wall - HOUR + 10, mono + 10, HOUR as i64, anchor), wall + HOUR + 10);
+        assert_eq!(
+            stamp_time(wall - HOUR + 10, mono + 10, HOUR as i64, anchor),
+            wall + HOUR + 10
+        );
         // Before the first pass: the wall clock.
         assert_eq!(stamp_time(wall + HOUR, mono, 0, UNANCHORED), wall + HOUR);
     }
@@ -110,6 +125,9 @@ mod tests {
         let clock = StampClock::default();
         assert_eq!(clock.set_offset(-5), 0);
         let (before, moved, after) = (now_micros(), clock.now_micros(), now_micros());
-        assert!(before - 5 <= moved && moved <= after - 5, "{before} {moved} {after}");
+        assert!(
+            before - 5 <= moved && moved <= after - 5,
+            "{before} {moved} {after}"
+        );
     }
 }

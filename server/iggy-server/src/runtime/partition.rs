@@ -270,7 +270,7 @@ impl PartitionMachine {
         };
         tracing::warn!(
             "partition {}: checkpoint names offset {counted} but the log ends at {next}: {why}",
-            self.partition_id,
+            self.log.dir().display(),
         );
         Ok(true)
     }
@@ -286,7 +286,7 @@ impl PartitionMachine {
         {
             Ok(record) => record?,
             Err(error) => {
-                tracing::error!("partition {}: {error}", self.partition_id);
+                tracing::error!("partition {}: {error}", self.log.dir().display());
                 return None;
             }
         };
@@ -356,7 +356,10 @@ impl PartitionMachine {
                 {
                     iggy_storage::fail_stop::fail_stop("read", path, error);
                 }
-                tracing::error!("partition {}: read failed: {error}", self.partition_id);
+                tracing::error!(
+                    "partition {}: read failed: {error}",
+                    self.log.dir().display()
+                );
                 ErrorCode::CannotReadMessage
             })?;
         Ok(Polled {
@@ -404,7 +407,10 @@ impl StateMachine for PartitionMachine {
                 match appended {
                     Ok(()) => self.core.appended(base_offset, batch.count()),
                     Err(error) => {
-                        tracing::error!("partition {}: append failed: {error}", self.partition_id);
+                        tracing::error!(
+                            "partition {}: append failed: {error}",
+                            self.log.dir().display()
+                        );
                         WriteResult::Failed(ErrorCode::CannotAppendMessage)
                     }
                 }
@@ -414,7 +420,7 @@ impl StateMachine for PartitionMachine {
                 if deleted > 0 {
                     tracing::info!(
                         "partition {}: deleted {deleted} segments below offset {keep_from}",
-                        self.partition_id
+                        self.log.dir().display()
                     );
                 }
                 WriteResult::Done
@@ -507,7 +513,10 @@ impl StateMachine for PartitionMachine {
             Ok(Some(records)) => (offset, records.into()),
             Ok(None) => (self.log.first_offset(), Bytes::new()),
             Err(error) => {
-                tracing::error!("partition {}: transfer read: {error}", self.partition_id);
+                tracing::error!(
+                    "partition {}: transfer read: {error}",
+                    self.log.dir().display()
+                );
                 (offset, Bytes::new())
             }
         }
@@ -537,7 +546,7 @@ impl StateMachine for PartitionMachine {
         let deleted = self.log.retire_below(offset).await;
         tracing::info!(
             "partition {}: deleted {deleted} segments below offset {offset} (retired by the group)",
-            self.partition_id
+            self.log.dir().display()
         );
         self.publish();
         Ok(())
@@ -619,7 +628,10 @@ impl StateMachine for PartitionMachine {
                 self.partition_id,
             );
             if let Err(error) = self.log.truncate_from(from).await {
-                tracing::error!("partition {}: cannot truncate: {error}", self.partition_id);
+                tracing::error!(
+                    "partition {}: cannot truncate: {error}",
+                    self.log.dir().display()
+                );
             }
         }
         self.live = true;

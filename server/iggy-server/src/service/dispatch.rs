@@ -137,12 +137,13 @@ fn record(
     };
     let result_framed = command.is_some_and(|c| c.result_framed);
     let outcome = match dispatched {
-        Dispatched::Reply(reply) | Dispatched::HeldReply(reply, _) => Outcome::Status(
-            frame::answered_status(reply, result_framed).unwrap_or(u32::MAX),
-        ),
+        Dispatched::Reply(reply) | Dispatched::HeldReply(reply, _) => {
+            Outcome::Status(frame::answered_status(reply, result_framed).unwrap_or(u32::MAX))
+        }
         Dispatched::Close(_) => Outcome::Evicted,
     };
-    node.metrics.record(command.map_or("unknown", |c| c.name), outcome, elapsed);
+    node.metrics
+        .record(command.map_or("unknown", |c| c.name), outcome, elapsed);
 }
 
 async fn answer_within(

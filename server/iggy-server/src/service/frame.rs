@@ -217,18 +217,39 @@ mod tests {
     /// a success (status 0) while the client was told 1012.
     #[test]
     fn the_answered_status_is_the_headers_or_a_committed_results() {
-        let request = RequestHeader::decode_fixed(&request(Operation::CreateStream.to_repr(), 256)).unwrap();
-        let (operation, committed) = (Operation::CreateStream, ReplyMeta { commit: 5, status: 0, committed: true });
+        let request =
+            RequestHeader::decode_fixed(&request(Operation::CreateStream.to_repr(), 256)).unwrap();
+        let (operation, committed) = (
+            Operation::CreateStream,
+            ReplyMeta {
+                commit: 5,
+                status: 0,
+                committed: true,
+            },
+        );
         let taken = iggy_metadata::replies::result_rejection(ErrorCode::StreamNameAlreadyExists);
         let refused = reply(&request, operation, committed, &taken);
-        assert_eq!(answered_status(&refused, true), Some(ErrorCode::StreamNameAlreadyExists.code()));
+        assert_eq!(
+            answered_status(&refused, true),
+            Some(ErrorCode::StreamNameAlreadyExists.code())
+        );
         // A command whose committed replies are not result-framed keeps its header's status.
         assert_eq!(answered_status(&refused, false), Some(0));
         let done = reply(&request, operation, committed, &[0, 0, 0, 0, 7, 7]);
         assert_eq!(answered_status(&done, true), Some(0));
-        assert_eq!(answered_status(&reply(&request, operation, committed, &[]), true), Some(0));
-        let failed = error_reply(&request, Operation::NonReplicated, ErrorCode::InvalidCommand);
-        assert_eq!(answered_status(&failed, false), Some(ErrorCode::InvalidCommand.code()));
+        assert_eq!(
+            answered_status(&reply(&request, operation, committed, &[]), true),
+            Some(0)
+        );
+        let failed = error_reply(
+            &request,
+            Operation::NonReplicated,
+            ErrorCode::InvalidCommand,
+        );
+        assert_eq!(
+            answered_status(&failed, false),
+            Some(ErrorCode::InvalidCommand.code())
+        );
         assert_eq!(answered_status(&failed[..100], false), None);
     }
 
