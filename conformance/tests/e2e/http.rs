@@ -65,7 +65,7 @@ pub(crate) async fn raw_token(api_url: &str) -> String {
 }
 
 /// The access token of `username` signed in over `api_url`.
-async fn raw_token_of(api_url: &str, username: &str, password: &str) -> String {
+pub(crate) async fn raw_token_of(api_url: &str, username: &str, password: &str) -> String {
     let login = format!(
         r#"{{"username":"{username}","password":"{password}","version":"0.11.1-edge.2"}}"#
     );

@@ -65,6 +65,50 @@ async fn writes_to_missing_targets_tell_a_user_without_the_grant_nothing() {
     assert!(matches!(&missing, Err(e) if e.as_code() != 41), "root: {missing:?}");
 }
 
+/// Over HTTP too (sends, polls, offset stores, consumer group and topic lists), and for the
+/// binary topic and consumer group lists, a user without the grant is refused 41 whether the
+/// stream or topic exists or not: HTTP resolved the topic before judging the request (404 for a
+/// missing one, 403 for an existing one), and the lists the stream or topic, so any signed-in
+/// user could tell which names exist. Root, who holds every grant, is told what is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requests_and_lists_for_missing_targets_tell_a_user_without_the_grant_nothing() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let root = server.root_client().await;
+    create_stream_and_topic(&root, "s", "t", 1).await;
+    create_user(&root, "nobody", None).await;
+    let token = crate::http::raw_token_of(&api, "nobody", "user-secret").await;
+    let root_token = crate::http::raw_token(&api).await;
+    let send = br#"{"partitioning":{"kind":"partition_id","value":"AAAAAA=="},"messages":[{"id":0,"payload":"eA=="}]}"#;
+    let store = br#"{"consumer_kind":"consumer","consumer_id":"1","partition_id":0,"offset":0}"#;
+    let poll = "messages?consumer_id=1&partition_id=0&kind=offset&value=0&count=1";
+    for (stream, topic) in [("s", "t"), ("missing", "t"), ("s", "missing"), ("999", "0")] {
+        let cases: [(&str, String, &[u8]); 5] = [
+            ("POST", format!("/streams/{stream}/topics/{topic}/messages"), send),
+            ("GET", format!("/streams/{stream}/topics/{topic}/{poll}"), b""),
+            ("PUT", format!("/streams/{stream}/topics/{topic}/consumer-offsets"), store),
+            ("GET", format!("/streams/{stream}/topics/{topic}/consumer-groups"), b""),
+            ("GET", format!("/streams/{stream}/topics"), b""),
+        ];
+        for (method, path, body) in cases {
+            let (status, reply) = crate::http::raw(&api, method, &path, Some(&token), body).await;
+            assert_eq!(status, 403, "{method} {path}: {}", String::from_utf8_lossy(&reply));
+            let names_topic = !path.ends_with("/topics");
+            if stream == "missing" || (topic == "missing" && names_topic) {
+                let (status, reply) = crate::http::raw(&api, method, &path, Some(&root_token), body).await;
+                assert_eq!(status, 404, "root: {method} {path}: {}", String::from_utf8_lossy(&reply));
+            }
+        }
+    }
+    let nobody = server.client_as("nobody", "user-secret").await;
+    for (stream, topic) in [("s", "t"), ("missing", "t"), ("s", "missing")] {
+        expect_code(&format!("topics of {stream}"), within("topics", nobody.get_topics(&name(stream))).await, 41);
+        let (s, t) = (name(stream), name(topic));
+        expect_code(&format!("groups of {stream}/{topic}"), within("groups", nobody.get_consumer_groups(&s, &t)).await, 41);
+    }
+    let missing = within("topics", root.get_topics(&name("missing"))).await;
+    assert!(matches!(&missing, Err(e) if e.as_code() != 41), "root: {missing:?}");
+}
+
 /// A stream's read_topics lets a user read its topics and messages (by id or by name) but
 /// neither manage them nor send; a grant on one topic opens that topic only; the server's own
 /// figures need read_servers, while get_me and the cluster roster (the SDK routes by it) need

@@ -163,7 +163,7 @@ pub fn need_of(
 
 /// An id no stream, topic or user has, nor any grant names (grants on a missing stream or
 /// topic are refused, and a deleted one's grants go with it).
-const NO_SUCH_ID: u32 = u32::MAX;
+pub const NO_SUCH_ID: u32 = u32::MAX;
 
 /// What `operation` would need were the stream, topic or user it names missing to exist (under
 /// an id no grant names): `need_of`'s answer whatever the target. A request for a missing

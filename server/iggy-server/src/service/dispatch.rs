@@ -1261,28 +1261,50 @@ fn resolve_partition_for(
     topic: &iggy_generated::payloads::Identifier<'_>,
     partition: Option<u32>,
 ) -> Result<PartitionKey, ErrorCode> {
-    resolve_partition(node, stream, topic, partition).or_else(|missing| {
-        if !copy_is_latest(node) {
-            return Err(missing);
+    resolve_partition(node, stream, topic, partition)
+        .map_err(|missing| judged_miss(node, (user, needs), stream, topic, missing))
+}
+
+/// The answer to a request of `user` needing any of `needs` on a stream or topic that is
+/// missing (`missing` says which): judged first as if it existed, where this copy is the latest
+/// word ([`copy_is_latest`]), so a user who could not make the request were it there is refused
+/// (41) and learns nothing of what exists; one who could is told what is missing. The HTTP
+/// routes that resolve a topic themselves answer the same way.
+pub(crate) fn judged_miss(
+    node: &Node,
+    (user, needs): (u32, Needs),
+    stream: &iggy_generated::payloads::Identifier<'_>,
+    topic: &iggy_generated::payloads::Identifier<'_>,
+    missing: ErrorCode,
+) -> ErrorCode {
+    if !copy_is_latest(node) {
+        return missing;
+    }
+    let assumed = iggy_metadata::permissions::topic_whatever_exists(
+        &node.shared.metadata.borrow(),
+        stream,
+        topic,
+    );
+    if let Ok((stream, topic)) = assumed {
+        let needs: Vec<Need> = needs.iter().map(|need| need(stream, topic)).collect();
+        if let Err(refused) = node.shared.judge_any(user, &needs) {
+            return refused;
         }
-        let assumed = iggy_metadata::permissions::topic_whatever_exists(
-            &node.shared.metadata.borrow(),
-            stream,
-            topic,
-        );
-        if let Ok((stream, topic)) = assumed {
-            let needs: Vec<Need> = needs.iter().map(|need| need(stream, topic)).collect();
-            node.shared.judge_any(user, &needs)?;
-        }
-        Err(missing)
-    })
+    }
+    missing
 }
 
 /// The grants a partition request may be made under, as a function of the stream and topic.
-type Needs = &'static [fn(u32, u32) -> Need];
+pub(crate) type Needs = &'static [fn(u32, u32) -> Need];
 
 /// Whoever may poll there (offsets, polls, 0.11.1's lookups).
-const POLLS: Needs = &[Need::PollMessages];
+pub(crate) const POLLS: Needs = &[Need::PollMessages];
+
+/// Whoever may send there.
+pub(crate) const SENDS: Needs = &[Need::SendMessages];
+
+/// Whoever may read the topic (its consumer groups).
+const READS_TOPIC: Needs = &[Need::ReadTopic];
 
 fn incarnation_of(node: &Node, key: PartitionKey) -> u64 {
     node.shared.live_incarnation(key).unwrap_or(0)
@@ -1485,7 +1507,7 @@ fn prepare_send(
         let partition = u32::from_le_bytes(send.partitioning.value.try_into().expect("4 bytes"));
         let key = resolve_partition_for(
             node,
-            (bound.user_id, &[Need::SendMessages]),
+            (bound.user_id, SENDS),
             &send.stream_id,
             &send.topic_id,
             Some(partition),
@@ -1883,12 +1905,16 @@ async fn non_replicated(
         }
         301 => {
             let r: StreamIdRequest = decode(body)?;
-            let stream = node
-                .shared
-                .metadata
-                .borrow()
+            let found = (node.shared.metadata.borrow())
                 .stream(&ident(&r.stream_id)?)
-                .map(|s| s.id)?;
+                .map(|s| s.id);
+            // A missing stream is judged first as if it existed (see `judged_miss`).
+            let stream = found.map_err(|missing| match copy_is_latest(node) {
+                true => judge(Need::ReadTopics(iggy_metadata::permissions::NO_SUCH_ID))
+                    .err()
+                    .unwrap_or(missing),
+                false => missing,
+            })?;
             figures_current(node, |(s, _, _)| s == stream).await;
             let reply = model_replies::topic_list(
                 &node.shared.metadata.borrow(),
@@ -1997,6 +2023,19 @@ async fn non_replicated(
         }
         601 => {
             let r: TopicIdRequest = decode(body)?;
+            let found = (node.shared.metadata.borrow())
+                .topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)
+                .map(|_| ());
+            if let Err(missing) = found {
+                let user = bound.user_id;
+                return Err(judged_miss(
+                    node,
+                    (user, READS_TOPIC),
+                    &r.stream_id,
+                    &r.topic_id,
+                    missing,
+                ));
+            }
             let metadata = node.shared.metadata.borrow();
             let (s, t) = metadata.topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)?;
             judge(Need::ReadTopic(s.id, t.id))?;

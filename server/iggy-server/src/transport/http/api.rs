@@ -1181,7 +1181,9 @@ fn outgoing(values: &[serde_json::Value]) -> Result<Vec<OutgoingMessage>, Respon
 }
 
 /// The current incarnation of a partition, for a request that names none (the binary client
-/// sends the one it read; a JSON client may omit it).
+/// sends the one it read; a JSON client may omit it): 0 for a topic that is missing, whose
+/// command then answers as the binary one does (41 to a user without the grant, whether or not
+/// it exists: `dispatch::judged_miss`).
 fn incarnation_now(
     node: &Node,
     stream: &(u8, Vec<u8>),
@@ -1189,10 +1191,15 @@ fn incarnation_now(
     partition: u32,
 ) -> Result<(u64, u32), ErrorCode> {
     let metadata = node.shared.metadata.borrow();
-    let (_, t) = metadata.topic(
+    let found = metadata.topic(
         &iggy_metadata::machine::ident(&wire_id(stream))?,
         &iggy_metadata::machine::ident(&wire_id(topic))?,
-    )?;
+    );
+    let t = match found {
+        Ok((_, t)) => t,
+        Err(missing) if iggy_metadata::permissions::is_not_found(missing) => return Ok((0, 0)),
+        Err(error) => return Err(error),
+    };
     let count = t.partitions.len() as u32;
     Ok((
         t.partitions.get(&partition).map_or(0, |p| p.incarnation),
@@ -1559,7 +1566,13 @@ async fn route_handler(
                 return Err(ErrorCode::InvalidKeyValueLength.into());
             }
             // The binary protocol names the partition; balanced and keyed sends pick it here.
-            let (stream_key, topic_key_id, ids) = topic_key(node, &stream, &topic)?;
+            let user = call.bound.ok_or(ErrorCode::Unauthenticated)?.user_id;
+            let (stream_key, topic_key_id, ids) =
+                topic_key(node, &stream, &topic).map_err(|missing| {
+                    let sends = (user, crate::service::dispatch::SENDS);
+                    let (s, t) = (wire_id(&stream), wire_id(&topic));
+                    crate::service::dispatch::judged_miss(node, sends, &s, &t, missing)
+                })?;
             if ids.is_empty() {
                 return Err(ErrorCode::PartitionNotFound.into());
             }
@@ -1603,7 +1616,6 @@ async fn route_handler(
             if fire_and_forget {
                 // Answered 202 before it runs: what its send would refuse is refused now (it
                 // was dropped after the 202, and the client never learned).
-                let user = call.bound.ok_or(ErrorCode::Unauthenticated)?.user_id;
                 let need = iggy_metadata::Need::SendMessages(stream_key, topic_key_id);
                 node.shared.judge(user, need)?;
                 let count = iggy_storage::batch::verify_arriving(&batch)
