@@ -107,6 +107,13 @@ async fn http_requests_and_lists_for_missing_targets_tell_a_user_without_the_gra
     }
     let missing = within("topics", root.get_topics(&name("missing"))).await;
     assert!(matches!(&missing, Err(e) if e.as_code() != 41), "root: {missing:?}");
+    expect_code("nobody gets s/missing", within("topic", nobody.get_topic(&name("s"), &name("missing"))).await, 41);
+    // One who may read the stream's topics is told a topic is missing (it was refused 41).
+    create_user(&root, "reader", on_stream(0, StreamPermissions { read_topics: true, ..Default::default() })).await;
+    let reader = server.client_as("reader", "user-secret").await;
+    let topic = ok("reader gets s/missing", within("topic", reader.get_topic(&name("s"), &name("missing"))).await);
+    assert!(topic.is_none(), "{topic:?}");
+    expect_code("reader gets missing/t", within("topic", reader.get_topic(&name("missing"), &name("t"))).await, 41);
 }
 
 /// A stream's read_topics lets a user read its topics and messages (by id or by name) but

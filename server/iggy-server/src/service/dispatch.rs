@@ -1900,7 +1900,16 @@ async fn non_replicated(
                     };
                     metadata_read(Need::DescribeTopic(s, t), Some(reply))
                 }
-                None => metadata_read(Need::ReadStreams, None),
+                // Judged as if it existed: a user who may read the stream's topics is told it
+                // is missing (it was refused 41 unless it could read every stream).
+                None => {
+                    let assumed = iggy_metadata::permissions::topic_whatever_exists(
+                        &node.shared.metadata.borrow(),
+                        &r.stream_id,
+                        &r.topic_id,
+                    )?;
+                    metadata_read(Need::DescribeTopic(assumed.0, assumed.1), None)
+                }
             }
         }
         301 => {
