@@ -126,7 +126,8 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// How long a connection may wait for its next request (at least a second).
+    /// How long a connection may wait for its next request (at least a second; a start refuses
+    /// 0).
     pub fn idle_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.idle_timeout_secs.max(1))
     }
@@ -885,7 +886,13 @@ impl Config {
         }
         // Values that start a node which refuses every client (or writes a file per message):
         // the least each takes, and what it is.
-        let floors: [(&str, u64, u64, &'static str); 8] = [
+        let floors: [(&str, u64, u64, &'static str); 9] = [
+            (
+                "limits.idle_timeout_secs",
+                self.limits.idle_timeout_secs,
+                1,
+                "idle timeout (at least 1 second: 0 would close every connection between requests)",
+            ),
             (
                 "limits.max_connections",
                 self.limits.max_connections as u64,
@@ -1416,6 +1423,7 @@ mod tests {
     fn values_that_would_serve_nobody_are_refused_naming_their_key() {
         for (variable, bad, least) in [
             ("IGGY_LIMITS_REQUEST_TIMEOUT_MS", "0", "1"),
+            ("IGGY_LIMITS_IDLE_TIMEOUT_SECS", "0", "1"),
             ("IGGY_SYSTEM_SEGMENT_SIZE", "100", "512"),
             ("IGGY_SYSTEM_SESSION_LEASE_SECS", "0", "1"),
             ("IGGY_SYSTEM_CHECKPOINT_JOURNAL_OPS", "0", "1"),
