@@ -312,7 +312,71 @@ impl Http {
                 "size (at least 1 byte)",
             ));
         }
+        // Each item as a browser sends and reads it: one that is not (a literal `["GET"]`, a
+        // method `FETCH` no request carries) left CORS broken without a word.
+        let cors = &self.cors;
+        for method in cors.allowed_methods.iter().filter(|m| !http_method(m)) {
+            problems.push(bad(
+                "http.cors.allowed_methods",
+                method.clone(),
+                "HTTP methods (GET, POST, PUT, DELETE, PATCH, HEAD, OPTIONS, …)",
+            ));
+        }
+        for origin in cors.allowed_origins.iter().filter(|o| !cors_origin(o)) {
+            problems.push(bad(
+                "http.cors.allowed_origins",
+                origin.clone(),
+                "origins (`*`, or scheme://host[:port] with no path)",
+            ));
+        }
+        let headers = cors.allowed_headers.iter().chain(&cors.exposed_headers);
+        for header in headers.filter(|h| !http_token(h) && h.as_str() != "*") {
+            problems.push(bad(
+                "http.cors.allowed_headers",
+                header.clone(),
+                "header names (or `*`)",
+            ));
+        }
     }
+}
+
+/// An HTTP token (RFC 9110 `tchar`s): a method or a header name.
+fn http_token(text: &str) -> bool {
+    let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    !text.is_empty() && text.chars().all(tchar)
+}
+
+/// A method a CORS preflight can name: a token of upper-case letters the HTTP registry holds.
+fn http_method(text: &str) -> bool {
+    const METHODS: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    METHODS.contains(&text) || text == "*"
+}
+
+/// `*`, or an origin as a browser sends it: `scheme://host[:port]`, no path, query or user.
+fn cors_origin(text: &str) -> bool {
+    if text == "*" {
+        return true;
+    }
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return false;
+    };
+    let scheme_ok = !scheme.is_empty()
+        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || rest.starts_with('[') => {
+            (host, Some(port))
+        }
+        _ => (rest, None),
+    };
+    let host_ok = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._[]:".contains(c));
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.parse::<u16>().is_ok());
+    scheme_ok && host_ok && port_ok
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -697,7 +761,7 @@ fn type_name(v: &Value) -> &'static str {
         Value::Boolean(_) => "boolean",
         Value::Integer(_) => "integer",
         Value::Float(_) => "float",
-        Value::Array(_) => "list (comma-separated in the environment)",
+        Value::Array(_) => "list (comma-separated, or a TOML array, in the environment)",
         _ => "string",
     }
 }
@@ -824,7 +888,17 @@ fn load_for(
                     continue;
                 }
             },
-            // A list from the environment is comma-separated.
+            // A list from the environment is comma-separated, or a TOML array as
+            // `--list-config-env-vars` shows it (`["GET", "POST"]`).
+            Value::Array(_) if raw.trim_start().starts_with('[') => {
+                match toml::from_str::<Table>(&format!("list = {raw}")) {
+                    Ok(mut parsed) => parsed.remove("list").expect("the key just parsed"),
+                    Err(_) => {
+                        problems.push(bad());
+                        continue;
+                    }
+                }
+            }
             Value::Array(_) => Value::Array(
                 raw.split(',')
                     .map(str::trim)
@@ -1415,6 +1489,37 @@ mod tests {
             unread_env_vars(names.map(String::from)),
             ["IGGY_TCPP_ADDRESS", "IGGY_tcp_address"]
         );
+    }
+
+    /// CORS lists from the environment: comma-separated or as `--list-config-env-vars` shows
+    /// them (`["GET", "POST"]`, once taken as the one literal item `["GET"` …), and each item
+    /// checked: a method no request carries or an origin a browser never sends is refused
+    /// naming the key (they started a node whose CORS silently matched nothing).
+    #[test]
+    fn cors_lists_read_either_form_and_refuse_items_a_browser_never_sends() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(key, _)| *key == k).map(|(_, v)| v.to_string())
+        };
+        let cfg = load(None, env(&[("IGGY_HTTP_CORS_ALLOWED_METHODS", r#"["GET", "POST"]"#)])).unwrap();
+        assert_eq!(cfg.http.cors.allowed_methods, ["GET", "POST"]);
+        let origins = "http://a.example, https://b.example:8443,*";
+        let cfg = load(None, |k: &str| (k == "IGGY_HTTP_CORS_ALLOWED_ORIGINS").then(|| origins.to_string())).unwrap();
+        assert_eq!(cfg.http.cors.allowed_origins, ["http://a.example", "https://b.example:8443", "*"]);
+        let cfg = load(None, env(&[("IGGY_HTTP_CORS_ALLOWED_ORIGINS", r#"["http://[::1]:8080"]"#)])).unwrap();
+        assert_eq!(cfg.http.cors.allowed_origins, ["http://[::1]:8080"]);
+        for (variable, value, key) in [
+            ("IGGY_HTTP_CORS_ALLOWED_METHODS", "FETCH", "http.cors.allowed_methods"),
+            ("IGGY_HTTP_CORS_ALLOWED_METHODS", "get", "http.cors.allowed_methods"),
+            ("IGGY_HTTP_CORS_ALLOWED_ORIGINS", "not an origin", "http.cors.allowed_origins"),
+            ("IGGY_HTTP_CORS_ALLOWED_ORIGINS", "http://a.example/path", "http.cors.allowed_origins"),
+            ("IGGY_HTTP_CORS_ALLOWED_ORIGINS", "http://a.example:99999", "http.cors.allowed_origins"),
+            ("IGGY_HTTP_CORS_ALLOWED_HEADERS", "x header", "http.cors.allowed_headers"),
+            ("IGGY_HTTP_CORS_ALLOWED_METHODS", r#"["GET""#, "http.cors.allowed_methods"),
+        ] {
+            let pairs: &'static [(&'static str, &'static str)] = Box::leak(Box::new([(variable, value)]));
+            let e = load(None, env(pairs)).unwrap_err();
+            assert!(e.to_string().contains(key), "{variable}={value}: {e}");
+        }
     }
 
     /// Values that started a node refusing every client (or writing a file pair per message)
