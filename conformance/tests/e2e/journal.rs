@@ -492,6 +492,26 @@ async fn a_standalone_node_whose_metadata_is_gone_is_refused_before_anything_cha
     );
 }
 
+/// A standalone data directory whose `metadata/` and `streams/` are gone but whose partition
+/// initialization records were kept: the start was taken for a new history, and the stream and
+/// topic created again got the old incarnation numbers, so their partition was refused (3003)
+/// as one initialized before whose files were lost. The start is now refused with nothing
+/// changed, naming the records and `--fresh`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_start_over_kept_initialization_records_alone_is_refused() {
+    let mut server = TestServer::start();
+    stopped_holding(&mut server, 5).await;
+    let data = server.data_dir();
+    std::fs::remove_dir_all(data.join("metadata")).unwrap();
+    std::fs::remove_dir_all(data.join("streams")).unwrap();
+    let before = tree(&data);
+    refused_alone_saying(
+        &data,
+        &["partition initialization records", "no metadata history", "Nothing was changed", "--fresh"],
+    );
+    assert!(tree(&data) == before, "the refused start changed the data directory");
+}
+
 /// A standalone partition whose oldest segment files were removed while the node was stopped:
 /// start-up took it for a retention and served the rest without a word, and verify passed.
 /// The partition is now not served (3003, its files kept), verify reports it, and with the

@@ -934,7 +934,7 @@ fn partitions_have_a_history(data: &iggy_storage::DataDir) -> Result<(), String>
     }
     let partitions = data.partition_dirs_on_disk();
     let Some((_, first)) = partitions.first() else {
-        return Ok(());
+        return initialization_records_have_a_history(data);
     };
     Err(format!(
         "{} holds {} partition directories ({} among them) but no metadata history (no \
@@ -947,6 +947,28 @@ fn partitions_have_a_history(data: &iggy_storage::DataDir) -> Result<(), String>
         partitions.len(),
         first.display(),
         data.root().join("metadata").display(),
+    ))
+}
+
+/// Initialization records (`partition-initialization/`) but no metadata history and no
+/// partition directory: the metadata and the partitions were removed and the records kept. A
+/// new history numbers its partitions' incarnations as the lost one did, so each new partition
+/// met a record saying it had been initialized and served before, and was refused (3003) once
+/// created. Refused at start, nothing changed.
+fn initialization_records_have_a_history(data: &iggy_storage::DataDir) -> Result<(), String> {
+    let records = data.root().join("partition-initialization");
+    let held = std::fs::read_dir(&records).map_or(0, |entries| entries.count());
+    if held == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "{} holds {held} partition initialization records but there is no metadata history \
+         (no metadata journal record, no metadata checkpoint) and no partition directory: the \
+         metadata and partitions were removed and the records kept, and a new history's \
+         partitions would be refused as ones initialized before. Nothing was changed. Restore \
+         the whole data directory from a verified backup (README \"Backup and restore\"), or \
+         start with --fresh, which erases it",
+        records.display(),
     ))
 }
 
