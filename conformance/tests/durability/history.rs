@@ -1,6 +1,7 @@
 //! Partition-history rules, one test per rule, each on a directory the test builds from a real
 //! partition: `created.revision` naming an older revision (the directory is deleted and the
-//! partition starts empty), no `created.revision` (the directory is adopted, with a warning), a
+//! partition starts empty when its namespace publishes that revision too, refused when it
+//! publishes the current one), no `created.revision` (the directory is adopted, with a warning), a
 //! damaged one (written again when the namespace proves the incarnation, else refused), and
 //! `retirement.fence` naming the incarnation (the partition stays offline across boots,
 //! its files untouched).
@@ -66,16 +67,40 @@ async fn served(server: &Server) -> Result<Vec<String>, String> {
     .map_err(|e| format!("{e} (code {})", e.as_code()))
 }
 
+/// The directory an older incarnation of the same ids left (its namespace publishes that one
+/// too: the current incarnation never initialized here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_directory_of_an_older_revision_is_deleted_and_starts_empty() {
-    let (mut server, partition_dir, _) = written_partition().await;
+    let (mut server, partition_dir, namespace_dir) = written_partition().await;
     let record = partition_dir.join("created.revision");
     let revision = read_checked_u64(&record);
     std::fs::write(&record, checked_u64(revision.saturating_sub(1))).unwrap();
+    std::fs::write(namespace_dir.join("created.revision"), checked_u64(revision.saturating_sub(1))).unwrap();
     tokio::task::block_in_place(|| server.spawn(&[]));
     assert_eq!(served(&server).await.expect("the partition is served"), Vec::<String>::new(), "it starts empty");
     assert!(server.log().contains("older revision"), "the deletion is logged:\n{}", server.log_tail(20));
     assert_eq!(read_checked_u64(&record), revision, "the directory now names the current revision");
+}
+
+/// A directory naming an older incarnation than its namespace publishes is not the one
+/// initialized there (the published incarnation wrote its own record before it published):
+/// it is refused across boots with its files intact, where a start once deleted it with the
+/// incarnation's messages and served the partition from offset 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_directory_older_than_its_published_incarnation_is_refused_with_its_files_intact() {
+    let (mut server, partition_dir, _) = written_partition().await;
+    let record = partition_dir.join("created.revision");
+    let revision = read_checked_u64(&record);
+    std::fs::write(&record, checked_u64(revision.saturating_sub(1))).unwrap();
+    let before = hash_tree(&partition_dir);
+    for boot in 0..2 {
+        tokio::task::block_in_place(|| server.spawn(&[]));
+        let result = served(&server).await;
+        assert!(result.is_err(), "boot {boot}: the directory must not be served, got {result:?}");
+        assert!(server.log().contains("not the one initialized there"), "boot {boot}: the log says why:\n{}", server.log_tail(20));
+        tokio::task::block_in_place(|| server.kill9());
+        assert_same_tree("the refused partition's files", &before, &hash_tree(&partition_dir));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
