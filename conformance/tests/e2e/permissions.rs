@@ -75,6 +75,7 @@ async fn http_requests_and_lists_for_missing_targets_tell_a_user_without_the_gra
     let (server, api) = TestServer::start_with_http(&[]);
     let root = server.root_client().await;
     create_stream_and_topic(&root, "s", "t", 1).await;
+    ok("group", within("group", root.create_consumer_group(&name("s"), &name("t"), "g")).await);
     create_user(&root, "nobody", None).await;
     let token = crate::http::raw_token_of(&api, "nobody", "user-secret").await;
     let root_token = crate::http::raw_token(&api).await;
@@ -82,8 +83,9 @@ async fn http_requests_and_lists_for_missing_targets_tell_a_user_without_the_gra
     let store = br#"{"consumer_kind":"consumer","consumer_id":"1","partition_id":0,"offset":0}"#;
     let poll = "messages?consumer_id=1&partition_id=0&kind=offset&value=0&count=1";
     for (stream, topic) in [("s", "t"), ("missing", "t"), ("s", "missing"), ("999", "0")] {
-        let cases: [(&str, String, &[u8]); 5] = [
+        let cases: [(&str, String, &[u8]); 6] = [
             ("POST", format!("/streams/{stream}/topics/{topic}/messages"), send),
+            ("GET", format!("/streams/{stream}/topics/{topic}/consumer-groups/g"), b""),
             ("GET", format!("/streams/{stream}/topics/{topic}/{poll}"), b""),
             ("PUT", format!("/streams/{stream}/topics/{topic}/consumer-offsets"), store),
             ("GET", format!("/streams/{stream}/topics/{topic}/consumer-groups"), b""),
@@ -102,8 +104,12 @@ async fn http_requests_and_lists_for_missing_targets_tell_a_user_without_the_gra
     let nobody = server.client_as("nobody", "user-secret").await;
     for (stream, topic) in [("s", "t"), ("missing", "t"), ("s", "missing")] {
         expect_code(&format!("topics of {stream}"), within("topics", nobody.get_topics(&name(stream))).await, 41);
-        let (s, t) = (name(stream), name(topic));
+        let (s, t, g) = (name(stream), name(topic), name("g"));
         expect_code(&format!("groups of {stream}/{topic}"), within("groups", nobody.get_consumer_groups(&s, &t)).await, 41);
+        expect_code(&format!("group g of {stream}/{topic}"), within("group", nobody.get_consumer_group(&s, &t, &g)).await, 41);
+        // Leaving needs no grant: a non-member is told so, whatever exists.
+        let left = nobody.leave_consumer_group(&s, &t, &g);
+        expect_code(&format!("leave g of {stream}/{topic}"), within("leave", left).await, 5006);
     }
     let missing = within("topics", root.get_topics(&name("missing"))).await;
     assert!(matches!(&missing, Err(e) if e.as_code() != 41), "root: {missing:?}");

@@ -319,14 +319,14 @@ impl Http {
             problems.push(bad(
                 "http.cors.allowed_methods",
                 method.clone(),
-                "HTTP methods (GET, POST, PUT, DELETE, PATCH, HEAD, OPTIONS, …)",
+                "HTTP method (GET, POST, PUT, DELETE, PATCH, HEAD, OPTIONS, …)",
             ));
         }
         for origin in cors.allowed_origins.iter().filter(|o| !cors_origin(o)) {
             problems.push(bad(
                 "http.cors.allowed_origins",
                 origin.clone(),
-                "origins (`*`, or scheme://host[:port] with no path)",
+                "origin (`*`, or scheme://host[:port] with no path)",
             ));
         }
         let headers = cors.allowed_headers.iter().chain(&cors.exposed_headers);
@@ -334,7 +334,7 @@ impl Http {
             problems.push(bad(
                 "http.cors.allowed_headers",
                 header.clone(),
-                "header names (or `*`)",
+                "header name (or `*`)",
             ));
         }
     }

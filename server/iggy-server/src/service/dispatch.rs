@@ -1046,6 +1046,34 @@ async fn logout(
 
 // ----- replicated metadata ops -----
 
+/// Leaving needs no grant (a member whose poll grant was revoked gives its partitions back),
+/// so a missing stream, topic or group is judged by who could read the group were it there:
+/// one who could not is answered as any non-member is (5006), learning nothing of what exists
+/// (it was told which was missing); one who could is told.
+fn leave_target(node: &Node, user: u32, body: &[u8]) -> Result<(), ErrorCode> {
+    let r: ConsumerGroupIdRequest = decode(body)?;
+    let found = (node.shared.metadata.borrow())
+        .group(
+            &ident(&r.stream_id)?,
+            &ident(&r.topic_id)?,
+            &ident(&r.group_id)?,
+        )
+        .map(|_| ());
+    let Err(missing) = found else {
+        return Ok(());
+    };
+    match judged_miss(
+        node,
+        (user, GROUP_READERS),
+        &r.stream_id,
+        &r.topic_id,
+        missing,
+    ) {
+        ErrorCode::Unauthorized => Err(ErrorCode::ConsumerGroupMemberNotFound),
+        answer => Err(answer),
+    }
+}
+
 /// What metadata op `operation` of `user` needs, resolved against the current state. One naming
 /// a stream, topic or user that is missing is judged first as if it existed (where the copy
 /// is the latest word, [`copy_is_latest`]): a user without the grant is refused (41) whether or
@@ -1058,6 +1086,9 @@ fn metadata_need(
     body: &[u8],
 ) -> Result<Need, ErrorCode> {
     use iggy_metadata::permissions::{need_of, need_whatever_the_target};
+    if operation == Operation::LeaveConsumerGroup {
+        leave_target(node, user, body)?;
+    }
     let need = {
         let metadata = node.shared.metadata.borrow();
         need_of(&metadata, operation, user, body)
@@ -1305,6 +1336,9 @@ pub(crate) const SENDS: Needs = &[Need::SendMessages];
 
 /// Whoever may read the topic (its consumer groups).
 const READS_TOPIC: Needs = &[Need::ReadTopic];
+
+/// Whoever may read a consumer group: its topic's readers and pollers.
+const GROUP_READERS: Needs = &[Need::ReadTopic, Need::PollMessages];
 
 fn incarnation_of(node: &Node, key: PartitionKey) -> u64 {
     node.shared.live_incarnation(key).unwrap_or(0)
@@ -2006,12 +2040,21 @@ async fn non_replicated(
         }
         600 | 606 => {
             let r: ConsumerGroupIdRequest = decode(body)?;
+            let found = (node.shared.metadata.borrow())
+                .topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)
+                .map(|_| ());
+            if let Err(missing) = found {
+                // Judged first as if it existed (`judged_miss`): 41 to a user who could not
+                // read the group were it there; one who could is told it is not found.
+                let needs = (user, GROUP_READERS);
+                let answer = judged_miss(node, needs, &r.stream_id, &r.topic_id, missing);
+                return match answer == missing && code == 600 {
+                    true => Ok(request.reply(&[])),
+                    false => Err(answer),
+                };
+            }
             let metadata = node.shared.metadata.borrow();
-            let (s, t) = match metadata.topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?) {
-                Ok((s, t)) => (s, t),
-                Err(_) if code == 600 => return Ok(request.reply(&[])),
-                Err(error) => return Err(error),
-            };
+            let (s, t) = metadata.topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)?;
             node.shared.judge_any(
                 user,
                 &[Need::ReadTopic(s.id, t.id), Need::PollMessages(s.id, t.id)],

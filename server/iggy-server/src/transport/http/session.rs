@@ -370,7 +370,14 @@ impl HttpState {
         let wildcard = any && !cors.allow_credentials;
         let allowed = if wildcard {
             "*".to_string()
-        } else if any || cors.allowed_origins.iter().any(|o| o == origin) {
+        // An origin's scheme and host are case-insensitive, and browsers send them lower
+        // case: `http://A.example` configured once matched no browser.
+        } else if any
+            || cors
+                .allowed_origins
+                .iter()
+                .any(|o| o.eq_ignore_ascii_case(origin))
+        {
             origin.to_string()
         } else {
             return Vec::new();
@@ -456,6 +463,25 @@ mod tests {
 
     fn session(state: &HttpState, client: u128) -> String {
         state.issue(bound(client), &bind_proof_hash(&[5; 32])).0
+    }
+
+    /// Browsers send an origin's scheme and host lower case; one configured with capitals
+    /// once matched none of them.
+    #[test]
+    fn a_configured_origin_matches_whatever_the_case_of_its_scheme_and_host() {
+        let mut config = config();
+        config.cors.enabled = true;
+        config.cors.allowed_origins = vec!["HTTP://A.example:8080".into()];
+        let state = HttpState::new(&config, 0).unwrap();
+        let headers = state.cors_headers(Some("http://a.example:8080"));
+        let allowed = headers
+            .iter()
+            .find(|(name, _)| *name == "access-control-allow-origin");
+        assert_eq!(
+            allowed.map(|(_, value)| value.as_str()),
+            Some("http://a.example:8080")
+        );
+        assert!(state.cors_headers(Some("http://b.example:8080")).is_empty());
     }
 
     #[test]
