@@ -478,37 +478,45 @@ async fn read_topics_lets_a_user_create_and_delete_consumer_groups() {
     expect_code("poll_messages alone: create group", within("create group", poller.create_consumer_group(&name("s"), &name("t"), "p")).await, 41);
 }
 
+/// A node started in `dir` with no root credentials, on `address` (TCP only), logging in
+/// `format` to `dir/log`: the process, and a thread collecting every stdout line until it ends.
+fn started_without_root_credentials(
+    dir: &std::path::Path,
+    address: &str,
+    format: &str,
+    log: &str,
+) -> (std::process::Child, std::thread::JoinHandle<Vec<String>>) {
+    use std::io::BufRead;
+    let mut command = std::process::Command::new(server_binary());
+    without_shell_settings(&mut command);
+    let mut child = command
+        .current_dir(dir)
+        .env("IGGY_TCP_ADDRESS", address)
+        .env("IGGY_QUIC_ENABLED", "false")
+        .env("IGGY_HTTP_ENABLED", "false")
+        .env("IGGY_WEBSOCKET_ENABLED", "false")
+        .env("IGGY_SYSTEM_PATH", dir.join("data"))
+        .env("IGGY_SYSTEM_LOGGING_FORMAT", format)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::OpenOptions::new().create(true).append(true).open(dir.join(log)).expect("a log file"))
+        .spawn()
+        .expect("spawn iggy-server");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let lines = std::thread::spawn(move || std::io::BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
+    (child, lines)
+}
+
 /// A first start given no root credentials (no flag, no variables) prints the root user's
 /// generated password once on stdout, as README says: a line of text, or one JSON object with
 /// a JSON log. The password signs in; the next start on the directory prints nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generated_root_password_is_printed_once_and_signs_in() {
-    use std::io::BufRead;
     for format in ["text", "json"] {
         let dir = tempfile::tempdir().expect("temp dir");
         let address = format!("127.0.0.1:{}", free_port());
-        let start = || {
-            let mut command = std::process::Command::new(server_binary());
-            without_shell_settings(&mut command);
-            let mut child = command
-                .current_dir(dir.path())
-                .env("IGGY_TCP_ADDRESS", &address)
-                .env("IGGY_QUIC_ENABLED", "false")
-                .env("IGGY_HTTP_ENABLED", "false")
-                .env("IGGY_WEBSOCKET_ENABLED", "false")
-                .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
-                .env("IGGY_SYSTEM_LOGGING_FORMAT", format)
-                .env_remove("RUST_LOG")
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join("server.log")).expect("a log file"))
-                .spawn()
-                .expect("spawn iggy-server");
-            // Every stdout line, read until the process ends.
-            let stdout = child.stdout.take().expect("piped stdout");
-            let lines = std::thread::spawn(move || std::io::BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
-            (child, lines)
-        };
+        let start = || started_without_root_credentials(dir.path(), &address, format, "server.log");
         // Serving, not only bound (the listeners are bound before the root user is created):
         // this start's "serving" line, each start's log appended to the last.
         let serving = |child: &mut std::process::Child, starts: usize| {
@@ -563,30 +571,10 @@ async fn a_generated_root_password_is_printed_once_and_signs_in() {
 /// the root user and printed its password, and the corrected start printed none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_start_refused_for_a_taken_address_leaves_the_root_password_to_the_next() {
-    use std::io::BufRead;
     let dir = tempfile::tempdir().expect("temp dir");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("take a port");
     let address = taken.local_addr().expect("its address").to_string();
-    let start = |log: &str| {
-        let mut command = std::process::Command::new(server_binary());
-        without_shell_settings(&mut command);
-        let mut child = command
-            .current_dir(dir.path())
-            .env("IGGY_TCP_ADDRESS", &address)
-            .env("IGGY_QUIC_ENABLED", "false")
-            .env("IGGY_HTTP_ENABLED", "false")
-            .env("IGGY_WEBSOCKET_ENABLED", "false")
-            .env("IGGY_SYSTEM_PATH", dir.path().join("data"))
-            .env_remove("RUST_LOG")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join(log)).expect("a log file"))
-            .spawn()
-            .expect("spawn iggy-server");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let lines = std::thread::spawn(move || std::io::BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
-        (child, lines)
-    };
+    let start = |log: &str| started_without_root_credentials(dir.path(), &address, "text", log);
     let (mut refused, lines) = start("refused.log");
     let status = refused.wait().expect("wait for the refused start");
     assert_eq!(status.code(), Some(1), "a taken address refuses the start");
