@@ -956,7 +956,7 @@ fn partitions_have_a_history(data: &iggy_storage::DataDir) -> Result<(), String>
 /// met a record saying it had been initialized and served before, and was refused (3003) once
 /// created. Refused at start, nothing changed.
 fn initialization_records_have_a_history(data: &iggy_storage::DataDir) -> Result<(), String> {
-    let records = data.root().join("partition-initialization");
+    let records = data.partition_initialization_root();
     let held = std::fs::read_dir(&records).map_or(0, |entries| entries.count());
     if held == 0 {
         return Ok(());

@@ -6,6 +6,9 @@ use crate::StorageError;
 use crate::layout::marker;
 use iggy_generated::storage as spec;
 
+/// The folder of the partitions' initialization namespaces, beside `streams/`.
+pub const PARTITION_INITIALIZATION: &str = "partition-initialization";
+
 /// `{root}/streams/{stream}/topics/{topic}/partitions/{partition}`, for readers of a directory
 /// not opened as a [`DataDir`] (`verify`).
 pub fn partition_dir_under(root: &Path, stream: u32, topic: u32, partition: u32) -> PathBuf {
@@ -105,9 +108,14 @@ impl DataDir {
         self.root.join("discarded-partitions")
     }
 
+    /// `{root}/partition-initialization`: every partition's initialization namespace.
+    pub fn partition_initialization_root(&self) -> PathBuf {
+        self.root.join(PARTITION_INITIALIZATION)
+    }
+
     /// `{root}/partition-initialization/{namespace}`.
     pub fn partition_initialization_dir(&self, namespace: &str) -> PathBuf {
-        self.root.join("partition-initialization").join(namespace)
+        self.partition_initialization_root().join(namespace)
     }
 
     /// The key the QUIC endpoint derives its stateless reset tokens from (the spec's

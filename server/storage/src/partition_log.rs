@@ -954,8 +954,8 @@ impl PartitionLog {
     pub fn newest_timestamp(&self) -> u64 {
         let mut segments = self.segments.iter().rev();
         segments
-            .find_map(|segment| segment.entries.last())
-            .map_or(0, |entry| entry.max_timestamp)
+            .find(|segment| !segment.entries.is_empty())
+            .map_or(0, Segment::max_timestamp)
     }
 
     /// Bytes of all `.log` files (the `.index` files are not counted).

@@ -105,7 +105,7 @@ pub struct Initialization {
 /// Every namespace under `{root}/partition-initialization`, keyed by its name, with the
 /// findings about its records.
 pub async fn check_initialization(root: &Path) -> (BTreeMap<String, Initialization>, Vec<Finding>) {
-    let dir = root.join("partition-initialization");
+    let dir = root.join(crate::data_dir::PARTITION_INITIALIZATION);
     let mut namespaces = BTreeMap::new();
     let mut findings = Vec::new();
     let names = match sorted_entries(&dir) {
