@@ -2040,21 +2040,21 @@ async fn non_replicated(
         }
         600 | 606 => {
             let r: ConsumerGroupIdRequest = decode(body)?;
-            let found = (node.shared.metadata.borrow())
-                .topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)
-                .map(|_| ());
-            if let Err(missing) = found {
-                // Judged first as if it existed (`judged_miss`): 41 to a user who could not
-                // read the group were it there; one who could is told it is not found.
-                let needs = (user, GROUP_READERS);
-                let answer = judged_miss(node, needs, &r.stream_id, &r.topic_id, missing);
-                return match answer == missing && code == 600 {
-                    true => Ok(request.reply(&[])),
-                    false => Err(answer),
-                };
-            }
             let metadata = node.shared.metadata.borrow();
-            let (s, t) = metadata.topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)?;
+            let (s, t) = match metadata.topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?) {
+                Ok(found) => found,
+                Err(missing) => {
+                    drop(metadata);
+                    // Judged first as if it existed (`judged_miss`): 41 to a user who could not
+                    // read the group were it there; one who could is told it is not found.
+                    let needs = (user, GROUP_READERS);
+                    let answer = judged_miss(node, needs, &r.stream_id, &r.topic_id, missing);
+                    return match answer == missing && code == 600 {
+                        true => Ok(request.reply(&[])),
+                        false => Err(answer),
+                    };
+                }
+            };
             node.shared.judge_any(
                 user,
                 &[Need::ReadTopic(s.id, t.id), Need::PollMessages(s.id, t.id)],
@@ -2075,21 +2075,15 @@ async fn non_replicated(
         }
         601 => {
             let r: TopicIdRequest = decode(body)?;
-            let found = (node.shared.metadata.borrow())
-                .topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)
-                .map(|_| ());
-            if let Err(missing) = found {
-                let user = bound.user_id;
-                return Err(judged_miss(
-                    node,
-                    (user, READS_TOPIC),
-                    &r.stream_id,
-                    &r.topic_id,
-                    missing,
-                ));
-            }
             let metadata = node.shared.metadata.borrow();
-            let (s, t) = metadata.topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)?;
+            let (s, t) = match metadata.topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?) {
+                Ok(found) => found,
+                Err(missing) => {
+                    drop(metadata);
+                    let needs = (bound.user_id, READS_TOPIC);
+                    return Err(judged_miss(node, needs, &r.stream_id, &r.topic_id, missing));
+                }
+            };
             judge(Need::ReadTopic(s.id, t.id))?;
             Ok(request.reply(&model_replies::group_list(t)))
         }
