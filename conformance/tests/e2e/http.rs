@@ -395,6 +395,27 @@ async fn with_configured_jwt_secrets_a_token_outlives_a_restart() {
     assert_eq!(streams.map(|s| s.len()).map_err(|e| e.to_string()), Ok(2));
 }
 
+/// A restarted node holds no session bound until a token of it comes again, and its lease then
+/// runs: yet a token stays valid until it expires, as the official HTTP client expects (it never
+/// signs in again by itself). A session idle longer than its lease after the restart ended, and
+/// every client then failed with 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_configured_jwt_secrets_a_token_unused_for_longer_than_the_lease_after_a_restart_still_works() {
+    let secret = "an http.jwt secret kept across restarts";
+    let (mut server, api) = TestServer::start_with_http(&[
+        ("IGGY_HTTP_JWT_ENCODING_SECRET", secret),
+        ("IGGY_HTTP_JWT_DECODING_SECRET", secret),
+        ("IGGY_SYSTEM_SESSION_LEASE_SECS", "1"),
+        ("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS", "100"),
+    ]);
+    let token = raw_token(&api).await;
+    assert_eq!(raw(&api, "GET", "/streams", Some(&token), b"").await.0, 200);
+    tokio::task::block_in_place(|| server.restart());
+    // Three leases and thirty lease passes with no request of the session.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(raw(&api, "GET", "/streams", Some(&token), b"").await.0, 200, "the token outlived the lease");
+}
+
 /// Logout is the replicated, persisted end of the session: a token the next process could bind
 /// (configured secrets) stays refused after a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -659,19 +659,26 @@ async fn expire_sessions(node: &Node, lease: Duration) {
         .map(|(client, _)| *client)
         .filter(|client| *client != SYSTEM_CLIENT)
         .collect();
-    let expired =
-        node.shared
-            .sessions_here
-            .borrow_mut()
-            .lease_pass(&live, is_primary, lease, Instant::now());
+    let token_lifetime = Duration::from_secs(node.shared.config.http.jwt.access_token_expiry_secs);
+    let expired = node.shared.sessions_here.borrow_mut().lease_pass(
+        &live,
+        is_primary,
+        (lease, token_lifetime),
+        Instant::now(),
+    );
     for client in expired {
         let now = node.shared.stamp_now();
         let (user, operation) = (iggy_metadata::ROOT_USER_ID, Operation::Logout);
         match submit_system(node, now, user, operation, &client.to_le_bytes()).await {
             Outcome::Committed { .. } => {
                 node.shared.sessions_here.borrow_mut().expired(client);
+                let over_http = if crate::runtime::shared::is_http_client(client) {
+                    " (an HTTP session: no token of it can still be valid)"
+                } else {
+                    ""
+                };
                 tracing::info!(
-                    "session of client {client:032x} expired after {lease:?} without a connection"
+                    "session of client {client:032x} expired after {lease:?} without a connection{over_http}"
                 );
             }
             outcome => not_committed(

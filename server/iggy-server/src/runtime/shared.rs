@@ -124,6 +124,36 @@ impl ListeningPorts {
 pub struct SessionActivity {
     pub bound: u32,
     pub since: std::time::Instant,
+    /// An HTTP session let go by this node's sweep when the last token of it this node saw
+    /// expired: no token it knows of is valid, so only the lease is left (see
+    /// [`SessionsHere::lease_pass`]).
+    pub tokens_expired: bool,
+}
+
+impl SessionActivity {
+    fn idle_since(since: std::time::Instant) -> Self {
+        Self {
+            bound: 0,
+            since,
+            tokens_expired: false,
+        }
+    }
+}
+
+/// The top 32 bits of every HTTP session's client id ("HTTP"): the node draws an HTTP
+/// session's id (a binary client draws its own, and a random one carries this tag once in
+/// 2^32 draws), so a lease pass can tell a session whose tokens may outlive every node's
+/// memory of them (a restart, a failover) from one of a connection.
+const HTTP_CLIENT_TAG: u128 = 0x4854_5450;
+
+/// A new client id for an HTTP login's session: random, tagged as HTTP's, never 0.
+pub fn new_http_client_id() -> u128 {
+    (rand::random::<u128>() >> 32) | (HTTP_CLIENT_TAG << 96) | 1
+}
+
+/// Whether `client` is an HTTP session's id ([`new_http_client_id`]).
+pub fn is_http_client(client: u128) -> bool {
+    client >> 96 == HTTP_CLIENT_TAG
 }
 
 /// What this node knows of sessions beyond the metadata model: the connection each session was
@@ -154,11 +184,12 @@ impl SessionsHere {
     /// A connection bound itself to `client`'s session (`connection`: its id, when it has one
     /// to report as the member id).
     pub fn bound(&mut self, client: u128, connection: Option<u32>) {
-        let entry = self.activity.entry(client).or_insert(SessionActivity {
-            bound: 0,
-            since: std::time::Instant::now(),
-        });
+        let entry = self
+            .activity
+            .entry(client)
+            .or_insert(SessionActivity::idle_since(std::time::Instant::now()));
         entry.bound += 1;
+        entry.tokens_expired = false;
         if let Some(connection) = connection {
             self.connections.insert(client, connection);
         }
@@ -169,6 +200,15 @@ impl SessionsHere {
         if let Some(entry) = self.activity.get_mut(&client) {
             entry.bound = entry.bound.saturating_sub(1);
             entry.since = std::time::Instant::now();
+        }
+    }
+
+    /// Every token of HTTP session `client` that this node saw expired: unbound, with only
+    /// the lease left.
+    pub fn tokens_expired(&mut self, client: u128) {
+        self.unbound(client);
+        if let Some(entry) = self.activity.get_mut(&client) {
+            entry.tokens_expired = true;
         }
     }
 
@@ -214,15 +254,18 @@ impl SessionsHere {
     /// One lease pass over the `live` sessions of the model: as the metadata primary, those of
     /// them idle (no connection bound here, none reported elsewhere) for `lease` by `now`,
     /// which the caller ends; on any other replica none, and every idle session's time starts
-    /// again (a replica that becomes primary gives each a full lease). First it forgets the
-    /// sessions that ended (not live, no connection bound here): a logout, another node's
-    /// expiry or a retirement ends them without passing here, and each would otherwise keep
-    /// its entries for good.
+    /// again (a replica that becomes primary gives each a full lease). An HTTP session is held
+    /// `token_lifetime` longer unless this node saw its tokens expire: a token of it that the
+    /// node which saw it no longer remembers (restarted, died, or was the previous primary) is
+    /// valid for at most that long after that node last held it, and the official HTTP client
+    /// never signs in again by itself. First it forgets the sessions that ended (not live, no
+    /// connection bound here): a logout, another node's expiry or a retirement ends them
+    /// without passing here, and each would otherwise keep its entries for good.
     pub fn lease_pass(
         &mut self,
         live: &[u128],
         primary: bool,
-        lease: std::time::Duration,
+        (lease, token_lifetime): (std::time::Duration, std::time::Duration),
         now: std::time::Instant,
     ) -> Vec<u128> {
         let live_set: HashSet<u128> = live.iter().copied().collect();
@@ -245,11 +288,16 @@ impl SessionsHere {
             .copied()
             .filter(|client| {
                 // A session restored from the journal counts as idle from the node's start.
-                let entry = self.activity.entry(*client).or_insert(SessionActivity {
-                    bound: 0,
-                    since: now,
-                });
-                entry.bound == 0 && now.duration_since(entry.since) >= lease
+                let entry = self
+                    .activity
+                    .entry(*client)
+                    .or_insert(SessionActivity::idle_since(now));
+                let held = if is_http_client(*client) && !entry.tokens_expired {
+                    lease + token_lifetime
+                } else {
+                    lease
+                };
+                entry.bound == 0 && now.duration_since(entry.since) >= held
             })
             .collect()
     }
@@ -436,6 +484,12 @@ impl Shared {
     /// A connection bound to `client`'s session closed or bound elsewhere.
     pub fn session_unbound(&self, client: u128) {
         self.sessions_here.borrow_mut().unbound(client);
+    }
+
+    /// Every token of HTTP session `client` this node saw expired (it held the session bound
+    /// for them).
+    pub fn session_tokens_expired(&self, client: u128) {
+        self.sessions_here.borrow_mut().tokens_expired(client);
     }
 
     /// Another node reports these (client, session) pairs bound to its connections: each
@@ -1088,11 +1142,11 @@ fn renew_held_sessions(
 ) {
     for (client, session) in reported {
         if live_session(*client) == Some(*session) {
-            let entry = activity.entry(*client).or_insert(SessionActivity {
-                bound: 0,
-                since: now,
-            });
+            let entry = activity
+                .entry(*client)
+                .or_insert(SessionActivity::idle_since(now));
             entry.since = now;
+            entry.tokens_expired = false;
         }
     }
 }
@@ -1108,9 +1162,15 @@ mod tests {
         let (start, kept) = (Instant::now(), Duration::from_secs(10));
         here.logged_out(7, 70, start, kept);
         assert!(here.logging_out(7, 70, start + Duration::from_secs(9), kept));
-        assert!(!here.logging_out(7, 71, start, kept), "another session of the client");
+        assert!(
+            !here.logging_out(7, 71, start, kept),
+            "another session of the client"
+        );
         assert!(!here.logging_out(8, 70, start, kept), "another client");
-        assert!(!here.logging_out(7, 70, start + kept, kept), "forgotten once kept");
+        assert!(
+            !here.logging_out(7, 70, start + kept, kept),
+            "forgotten once kept"
+        );
         // Entries older than kept go as others come.
         here.logged_out(8, 80, start + kept, kept);
         assert_eq!(here.logged_out.len(), 1);
@@ -1132,7 +1192,7 @@ mod tests {
         // Session 7 is live and bound (over HTTP, no connection id), 8 live and idle.
         here.bound(7, None);
         for primary in [false, true] {
-            let expired = here.lease_pass(&[7, 8], primary, lease, start);
+            let expired = here.lease_pass(&[7, 8], primary, (lease, Duration::ZERO), start);
             assert!(expired.is_empty(), "{expired:?}");
         }
         assert_eq!(
@@ -1143,17 +1203,64 @@ mod tests {
         assert_eq!(here.member_id(7), 7, "a live session keeps its member id");
         assert_eq!(here.bound_here().collect::<Vec<_>>(), [7]);
         // Past the lease the idle live session expires, the bound one does not.
-        assert_eq!(here.lease_pass(&[7, 8], true, lease, start + lease), [8]);
+        assert_eq!(
+            here.lease_pass(&[7, 8], true, (lease, Duration::ZERO), start + lease),
+            [8]
+        );
+    }
+
+    #[test]
+    fn an_http_session_no_node_remembers_is_held_while_a_token_of_it_may_be_valid() {
+        let start = Instant::now();
+        let (lease, lifetime) = (Duration::from_secs(60), Duration::from_secs(3600));
+        let (http, binary) = (new_http_client_id(), 0x1234_u128 << 96 | 7);
+        assert!(is_http_client(http) && !is_http_client(binary));
+        let live = [http, binary];
+        let mut here = SessionsHere::default();
+        // Restored at start: no node holds either, and a token of the HTTP one may be valid
+        // for a token lifetime.
+        assert!(
+            here.lease_pass(&live, true, (lease, lifetime), start)
+                .is_empty()
+        );
+        assert_eq!(
+            here.lease_pass(&live, true, (lease, lifetime), start + lease),
+            [binary]
+        );
+        let held = start + lease + lifetime - Duration::from_secs(1);
+        assert!(
+            here.lease_pass(&[http], true, (lease, lifetime), held)
+                .is_empty()
+        );
+        let ended = start + lease + lifetime;
+        assert_eq!(
+            here.lease_pass(&[http], true, (lease, lifetime), ended),
+            [http]
+        );
+
+        // Bound here by a token, then let go when this node saw its tokens expire: only the
+        // lease is left.
+        let mut here = SessionsHere::default();
+        here.bound(http, None);
+        here.tokens_expired(http);
+        let later = Instant::now();
+        assert_eq!(
+            here.lease_pass(&[http], true, (lease, lifetime), later + lease),
+            [http]
+        );
+        // Reported by a backup after that: a token of it is held there, the hold is back.
+        here.renew_held(|_| Some(1), &[(http, 1)], later);
+        assert!(
+            here.lease_pass(&[http], true, (lease, lifetime), later + lease)
+                .is_empty()
+        );
     }
 
     #[test]
     fn a_report_renews_only_the_live_session_of_its_client() {
         let start = Instant::now();
         let later = start + Duration::from_secs(30);
-        let idle = SessionActivity {
-            bound: 0,
-            since: start,
-        };
+        let idle = SessionActivity::idle_since(start);
         let mut activity = HashMap::from([(1u128, idle), (2u128, idle)]);
         // Client 1's live session is 10, client 2's is 20, client 3 has none.
         let live = |client| match client {

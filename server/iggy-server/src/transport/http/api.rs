@@ -573,7 +573,7 @@ impl Call<'_> {
     /// A register (login): a new client id, and the session it binds.
     async fn register(&mut self, name: &str, body: Vec<u8>) -> Result<Bound, ErrorCode> {
         let command = command(name);
-        let client = rand::random::<u128>() | 1;
+        let client = crate::runtime::shared::new_http_client_id();
         self.connection.bound = None;
         dispatch_call(
             self.node,

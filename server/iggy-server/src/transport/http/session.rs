@@ -8,7 +8,9 @@
 //! per-process secret of an empty configuration it works only on the process that issued it.
 //! A request with that token runs as that session, numbered by [`request_number`]. The session
 //! stays bound on a node while some token of it that the node saw is unexpired; afterwards the
-//! session lease (`system.session_lease_secs`) ends it as for a closed TCP connection. Logout
+//! session lease (`system.session_lease_secs`) ends it as for a closed TCP connection. A session
+//! no live node remembers holding (a restart, a failover) is kept for a token lifetime beyond
+//! the lease (`SessionsHere::lease_pass`), so its tokens work until they expire. Logout
 //! (through any node) ends the session through the Logout op, so every token naming it is
 //! refused from then on (401) by every node once it applied the logout, also after a restart;
 //! so do lease expiry and the deactivation or deletion of its user.
@@ -353,7 +355,7 @@ impl HttpState {
         self.live.borrow_mut().retain(|client, entry| {
             let keep = now < entry.expires_at.saturating_add(skew);
             if !keep {
-                shared.session_unbound(*client);
+                shared.session_tokens_expired(*client);
             }
             keep
         });
