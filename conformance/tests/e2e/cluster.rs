@@ -3513,6 +3513,48 @@ async fn a_session_bound_only_on_a_backup_outlives_the_lease_through_its_heartbe
     .await;
 }
 
+/// An HTTP token is valid until it expires, on any node configured with the same secret: the
+/// node that saw it dying takes nothing from it. Its session stays held after the backup that
+/// held it (and reported it to the metadata primary) was killed, however long the client is
+/// idle; before, the primary ended it a lease after the backup's last report and every node then
+/// answered the token 401 (the official HTTP client never signs in again by itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_token_outlives_the_death_of_the_node_that_held_its_session() {
+    let secret = "one http.jwt secret on every node";
+    let lease = SHORT_LEASE.as_secs().to_string();
+    let mut cluster = TestCluster::start_with(
+        3,
+        ClusterOptions {
+            env: vec![
+                ("IGGY_SYSTEM_SESSION_LEASE_SECS".into(), lease),
+                ("IGGY_SYSTEM_MAINTENANCE_INTERVAL_MS".into(), "100".into()),
+                ("IGGY_HTTP_JWT_ENCODING_SECRET".into(), secret.into()),
+                ("IGGY_HTTP_JWT_DECODING_SECRET".into(), secret.into()),
+            ],
+            http: true,
+            ..Default::default()
+        },
+    );
+    let (primary, backup) = metadata_primary_and_backup(&cluster).await;
+    // Root signs in over HTTP on the backup once it has the root user.
+    cluster.http_root_client(backup).await;
+    let token = crate::http::raw_token_of(&cluster.http_url(backup), ROOT_USER, ROOT_PASSWORD).await;
+    let (status, _) = crate::http::raw(&cluster.http_url(backup), "GET", "/streams", Some(&token), b"").await;
+    assert_eq!(status, 200, "the token on the node that issued it");
+    // Reported by the backup for a while, then not at all.
+    tokio::time::sleep(SHORT_LEASE).await;
+    cluster.kill9(backup);
+    tokio::time::sleep(SHORT_LEASE * 3).await;
+    let (status, body) = crate::http::raw(&cluster.http_url(primary), "GET", "/streams", Some(&token), b"").await;
+    assert_eq!(
+        status,
+        200,
+        "the token on node {primary}, three leases after node {backup} died: {}; its log:\n{}",
+        String::from_utf8_lossy(&body),
+        cluster.node(primary).log()
+    );
+}
+
 /// Logout (operation Logout) sent to a backup is forwarded to the metadata primary (28/29):
 /// the client's connection is unbound, and the session is gone on every node, so BindSession
 /// of it is refused everywhere (before forwarding, the backup answered 89).
