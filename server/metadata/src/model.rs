@@ -1277,6 +1277,27 @@ mod tests {
         assert_eq!(m.create_stream("another", 1), Ok(1), "the limit is per stream");
     }
 
+    /// Filled directly (a million creates would each look through every name), then created
+    /// through: the limit a partition group's id packs stream ids into.
+    #[test]
+    fn a_node_holds_at_most_2_pow_20_streams_and_a_freed_id_is_taken_again() {
+        let mut m = Metadata::default();
+        for id in 0..MAX_STREAMS as u32 - 1 {
+            let stream = Stream {
+                id,
+                name: id.to_string(),
+                created_at: 1,
+                topics: BTreeMap::new(),
+            };
+            m.streams.insert(id, stream);
+        }
+        let last = MAX_STREAMS as u32 - 1;
+        assert_eq!(m.create_stream("last", 1), Ok(last));
+        assert_eq!(m.create_stream("over", 1), Err(ErrorCode::TooManyStreams));
+        m.delete_stream(&Ident::Id(7)).unwrap();
+        assert_eq!(m.create_stream("again", 1), Ok(7));
+    }
+
     /// Root keeps its name against user managers (one renamed it and created a user under
     /// the name root's operators sign in with) and is never deactivated; a refused update
     /// changes nothing, the rename it carried included.
