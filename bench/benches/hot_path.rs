@@ -1,6 +1,8 @@
 //! Micro-benchmarks of the server's hot path, so a regression shows up as a number:
-//! the generated codec (request header, send request), batch verification and stamping, and the
-//! partition log's append. Run with `cargo bench -p iggy-bench --bench hot_path`.
+//! the generated codec (request header, send request), batch verification and stamping, the
+//! partition log's append, and the metadata model's lookups by name and creates (every request
+//! an official client addresses by name resolves its stream and topic). Run with
+//! `cargo bench -p iggy-bench --bench hot_path`.
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use iggy_generated::frames::{Command, RequestHeader};
@@ -148,5 +150,36 @@ fn log_append(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(hot_path, codec, batches, log_append);
+/// A stream resolved by name among `n` (the last created: a scan's worst case), and a node's
+/// 10,000 streams created one by one (as a start replays them).
+fn metadata_names(c: &mut Criterion) {
+    use iggy_metadata::model::{Ident, Metadata};
+    let mut group = c.benchmark_group("metadata");
+    group.sample_size(10);
+    group.measurement_time(std::time::Duration::from_secs(2));
+    group.warm_up_time(std::time::Duration::from_millis(500));
+    for n in [100u32, 1_000, 10_000] {
+        let mut metadata = Metadata::default();
+        for i in 0..n {
+            metadata.create_stream(&format!("stream-{i}"), 1).unwrap();
+        }
+        let last = Ident::Name(format!("stream-{}", n - 1));
+        group.bench_function(format!("stream_by_name_among_{n}"), |b| {
+            b.iter(|| metadata.stream(&last).unwrap().id)
+        });
+    }
+    let names: Vec<String> = (0..10_000).map(|i| format!("stream-{i}")).collect();
+    group.bench_function("create_10000_streams", |b| {
+        b.iter(|| {
+            let mut metadata = Metadata::default();
+            for name in &names {
+                metadata.create_stream(name, 1).unwrap();
+            }
+            metadata
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(hot_path, codec, batches, log_append, metadata_names);
 criterion_main!(hot_path);

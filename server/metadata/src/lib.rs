@@ -15,6 +15,7 @@
 
 pub mod machine;
 pub mod model;
+pub mod named;
 pub mod options;
 pub mod permissions;
 pub mod reconcile;

@@ -3,6 +3,7 @@
 //! applied in op order, with the timestamp the primary chose before preparing it, so replaying
 //! the journal rebuilds exactly this state. No I/O here; the shell acts on the returned effects.
 
+use crate::named::{HasName, Named};
 use crate::session::Sessions;
 use iggy_generated::errors::ErrorCode;
 use std::collections::BTreeMap;
@@ -408,6 +409,15 @@ pub struct Topic {
     pub consumer_groups: BTreeMap<u32, ConsumerGroup>,
 }
 
+impl HasName for Topic {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn set_name(&mut self, name: String) {
+        self.name = name;
+    }
+}
+
 impl Topic {
     pub fn partition_ids(&self) -> Vec<u32> {
         self.partitions.keys().copied().collect()
@@ -428,13 +438,22 @@ pub struct Stream {
     pub id: u32,
     pub name: String,
     pub created_at: u64,
-    pub topics: BTreeMap<u32, Topic>,
+    pub topics: Named<Topic>,
+}
+
+impl HasName for Stream {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn set_name(&mut self, name: String) {
+        self.name = name;
+    }
 }
 
 /// The whole replicated metadata state.
 #[derive(Debug, Default)]
 pub struct Metadata {
-    pub streams: BTreeMap<u32, Stream>,
+    pub streams: Named<Stream>,
     pub users: BTreeMap<u32, User>,
     pub tokens: Vec<PersonalAccessToken>,
     pub sessions: Sessions,
@@ -488,6 +507,13 @@ fn lowest_free<V>(map: &BTreeMap<u32, V>) -> u32 {
         candidate += 1;
     }
     candidate
+}
+
+fn find_named<'a, V: HasName>(named: &'a Named<V>, ident: &Ident) -> Option<&'a V> {
+    match ident {
+        Ident::Id(id) => named.get(id),
+        Ident::Name(name) => named.by_name(name),
+    }
 }
 
 fn find<'a, V>(
@@ -558,7 +584,7 @@ impl Metadata {
     // ----- lookups -----
 
     pub fn stream(&self, ident: &Ident) -> Result<&Stream, ErrorCode> {
-        find(&self.streams, ident, |s| &s.name).ok_or(match ident {
+        find_named(&self.streams, ident).ok_or(match ident {
             Ident::Id(_) => ErrorCode::StreamIdNotFound,
             Ident::Name(_) => ErrorCode::StreamNameNotFound,
         })
@@ -566,7 +592,7 @@ impl Metadata {
 
     pub fn topic(&self, stream: &Ident, topic: &Ident) -> Result<(&Stream, &Topic), ErrorCode> {
         let stream = self.stream(stream)?;
-        let topic = find(&stream.topics, topic, |t| &t.name).ok_or(match topic {
+        let topic = find_named(&stream.topics, topic).ok_or(match topic {
             Ident::Id(_) => ErrorCode::TopicIdNotFound,
             Ident::Name(_) => ErrorCode::TopicNameNotFound,
         })?;
@@ -646,18 +672,18 @@ impl Metadata {
         if !valid_name(name) {
             return Err(ErrorCode::InvalidStreamName);
         }
-        if self.streams.values().any(|s| s.name == name) {
+        if self.streams.id_of(name).is_some() {
             return Err(ErrorCode::StreamNameAlreadyExists);
         }
         if self.streams.len() >= MAX_STREAMS {
             return Err(ErrorCode::TooManyStreams);
         }
-        let id = lowest_free(&self.streams);
+        let id = self.streams.lowest_free();
         let stream = Stream {
             id,
             name: name.to_string(),
             created_at: now,
-            topics: BTreeMap::new(),
+            topics: Named::default(),
         };
         self.streams.insert(id, stream);
         Ok(id)
@@ -694,10 +720,10 @@ impl Metadata {
             return Err(ErrorCode::InvalidStreamName);
         }
         let id = self.stream(ident)?.id;
-        if self.streams.values().any(|s| s.name == name && s.id != id) {
+        if self.streams.id_of(name).is_some_and(|other| other != id) {
             return Err(ErrorCode::StreamNameAlreadyExists);
         }
-        self.streams.get_mut(&id).expect("found").name = name.to_string();
+        self.streams.rename(id, name);
         Ok(())
     }
 
@@ -723,13 +749,13 @@ impl Metadata {
         }
         let stream_id = self.stream(stream)?.id;
         let stream = self.streams.get_mut(&stream_id).expect("found");
-        if stream.topics.values().any(|t| t.name == name) {
+        if stream.topics.id_of(name).is_some() {
             return Err(ErrorCode::TopicNameAlreadyExists);
         }
         if stream.topics.len() >= MAX_TOPICS_PER_STREAM {
             return Err(ErrorCode::TooManyTopics);
         }
-        let id = lowest_free(&stream.topics);
+        let id = stream.topics.lowest_free();
         let mut topic = Topic {
             id,
             name: name.to_string(),
@@ -880,11 +906,8 @@ impl Metadata {
                     if !valid_name(name) {
                         return Err(ErrorCode::InvalidTopicName);
                     }
-                    if self.streams[&stream_id]
-                        .topics
-                        .values()
-                        .any(|t| t.name == name && t.id != topic_id)
-                    {
+                    let held_by = self.streams[&stream_id].topics.id_of(name);
+                    if held_by.is_some_and(|other| other != topic_id) {
                         return Err(ErrorCode::TopicNameAlreadyExists);
                     }
                     updated.name = name.to_string();
@@ -1287,7 +1310,7 @@ mod tests {
                 id,
                 name: id.to_string(),
                 created_at: 1,
-                topics: BTreeMap::new(),
+                topics: Named::default(),
             };
             m.streams.insert(id, stream);
         }

@@ -212,7 +212,7 @@ pub fn decode(bytes: &[u8]) -> Result<Metadata, String> {
                 };
                 (t.id, topic)
             })
-            .collect::<BTreeMap<_, _>>();
+            .collect::<crate::named::Named<_>>();
         let stream = Stream {
             id: s.id,
             name: s.name.to_string(),
