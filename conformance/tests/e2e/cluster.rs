@@ -4045,6 +4045,50 @@ pub(crate) fn http_message(id: u64, payload: String) -> IggyMessage {
         .expect("valid message")
 }
 
+/// A consumer's stored offset names a message the partition holds, on whichever node an HTTP
+/// client stores it: a backup relays the write, and its partition's primary judges it. Before,
+/// only the primary refused 4100; a backup took an offset past the log's end (and u64::MAX, whose
+/// `next` poll wraps to offset 0), committed it on every node, and its consumer skipped every
+/// message below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offset_past_the_log_s_end_is_refused_through_every_node_s_http() {
+    let options = ClusterOptions {
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    let writer = cluster.root_client(0).await;
+    let (stream, topic, groups) = create_topic(&writer, 1).await;
+    send_numbered(&writer, (stream, topic), 1, 5, 1).await;
+    let primary = cluster.primary(groups[0]).expect("a partition primary").0;
+    let path = format!("/streams/{stream}/topics/{topic}/consumer-offsets");
+    for node in 0..cluster.len() {
+        cluster.wait_normal(node, &groups).await;
+        let url = cluster.http_url(node);
+        let token = crate::http::raw_token_of(&url, ROOT_USER, ROOT_PASSWORD).await;
+        let store = |offset: u64| {
+            let body = format!(r#"{{"consumer_id":"c{node}","partition_id":0,"offset":{offset}}}"#);
+            let (url, path, token) = (url.clone(), path.clone(), token.clone());
+            async move { crate::http::raw(&url, "PUT", &path, Some(&token), body.as_bytes()).await }
+        };
+        assert_eq!(store(4).await.0, 204, "the last offset, on node {node} (partition primary {primary})");
+        for past in [5, 1000, u64::MAX] {
+            let (status, body) = store(past).await;
+            let refusal: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            assert_eq!(
+                (status, refusal["id"].as_u64()),
+                (400, Some(4100)),
+                "offset {past} on node {node} (partition primary {primary}): {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        let query = format!("{path}?consumer_id=c{node}&partition_id=0");
+        let (status, body) = crate::http::raw(&url, "GET", &query, Some(&token), b"").await;
+        let stored: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        assert_eq!((status, stored["stored_offset"].as_u64()), (200, Some(4)), "node {node}");
+    }
+}
+
 /// The official HTTP client cannot route (it talks to the one node it is given), so a node that
 /// leads neither the metadata group nor a partition serves it all the same: its writes are
 /// relayed to their group's primary, and its reads are served from this replica once it has

@@ -365,6 +365,45 @@ impl Partition {
         })
     }
 
+    /// Whether the primary prepares a write of `operation` with `body` at all, judged by the
+    /// ops committed through `committed` over a log ending at `log_next_offset`: a consumer's
+    /// or a consumer group's stored offset names a message the partition holds, as upstream has
+    /// it (a partition that never held one takes none: 0 stored there would skip its first
+    /// message); an external group's (kind 3) may exceed the range. Judged where the write is
+    /// prepared, so a write a backup relays (an HTTP client's, which cannot route) is judged by
+    /// the primary's copy, never by the backup's lagging one; and not at apply, so ops
+    /// journaled before the rule existed apply as they committed. Committed sends count before
+    /// the primary applied them: a backup may have applied and served them already.
+    pub fn admits(
+        &self,
+        operation: u8,
+        body: &[u8],
+        committed: u64,
+        log_next_offset: u64,
+    ) -> Result<(), ErrorCode> {
+        if operation != Operation::StoreConsumerOffset.to_repr() {
+            return Ok(());
+        }
+        let body = Bytes::copy_from_slice(body);
+        match PartitionWrite::decode(operation, &body) {
+            Some(PartitionWrite::StoreOffset { owner, offset, .. })
+                if !matches!(owner, OffsetOwner::External(_))
+                    && offset >= self.committed_end(committed, log_next_offset) =>
+            {
+                Err(ErrorCode::InvalidOffset)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The offset after the last send committed through `committed`: the applied ones', or a
+    /// stowed batch's whose op committed and is not applied yet.
+    fn committed_end(&self, committed: u64, log_next_offset: u64) -> u64 {
+        let stowed = self.stowed.iter().take_while(|(op, ..)| *op <= committed);
+        let stowed_end = stowed.map(|(.., end)| *end).max().unwrap_or(0);
+        self.state.next_offset.max(stowed_end).min(log_next_offset)
+    }
+
     /// The last committed offset (0 when empty).
     pub fn current_offset(&self, log_next_offset: u64) -> u64 {
         self.committed_next_offset(log_next_offset)
@@ -1315,6 +1354,52 @@ mod tests {
         let mut restored = Partition::new(0);
         assert_eq!(restored.restore(&state, 4), Ok(Some(9)));
         assert_eq!(restored.committed_next_offset(100), 4);
+    }
+
+    #[test]
+    fn the_primary_refuses_a_stored_offset_past_the_log_s_end_except_an_external_group_s() {
+        let mut partition = Partition::new(0);
+        let admits = |partition: &Partition, owner, offset, log_next_offset| {
+            let write = store(owner, offset, 1);
+            let committed = 1;
+            partition.admits(
+                write.operation(),
+                &write.encode(),
+                committed,
+                log_next_offset,
+            )
+        };
+        let refused = Err(ErrorCode::InvalidOffset);
+        // A partition that never held a message takes no offset, 0 included.
+        assert_eq!(admits(&partition, OffsetOwner::Consumer(1), 0, 0), refused);
+        let log = FakeLog::default();
+        let Applied::Append { .. } = partition.apply(1, send_operation(), &batch(3, true), &log)
+        else {
+            panic!("appended");
+        };
+        partition.appended(0, 3);
+        for owner in [OffsetOwner::Consumer(1), OffsetOwner::Group(1)] {
+            assert_eq!(admits(&partition, owner, 2, 3), Ok(()), "{owner:?}");
+            assert_eq!(admits(&partition, owner, 3, 3), refused, "{owner:?}");
+            assert_eq!(admits(&partition, owner, u64::MAX, 3), refused, "{owner:?}");
+            // A batch in the log whose op has not committed is not held yet.
+            assert_eq!(admits(&partition, owner, 3, 5), refused, "{owner:?}");
+        }
+        let external = OffsetOwner::External(1);
+        assert_eq!(admits(&partition, external, u64::MAX, 3), Ok(()));
+        // Other writes are not judged here.
+        let send = send_operation();
+        assert_eq!(partition.admits(send, &batch(1, true), 1, 3), Ok(()));
+        // Sends stowed as prepared at ops 2 and 3 (offsets 3..5 and 5..9): the first committed
+        // and not applied yet (a backup may have served it), the second not committed.
+        partition.stowed(2, 3, 2);
+        partition.stowed(3, 5, 4);
+        let write = store(OffsetOwner::Consumer(1), 4, 1);
+        let (operation, body) = (write.operation(), write.encode());
+        assert_eq!(partition.admits(operation, &body, 2, 9), Ok(()));
+        let write = store(OffsetOwner::Consumer(1), 5, 1);
+        let refused_past_commit = partition.admits(write.operation(), &write.encode(), 2, 9);
+        assert_eq!(refused_past_commit, refused);
     }
 
     #[test]

@@ -148,10 +148,17 @@ pub trait StateMachine {
     }
 
     /// Judges a client's request as the primary is about to prepare it, by the state every op
-    /// before it left (none still unapplied changes admission): `Err` with the reply it gets
-    /// instead (nothing is prepared). The node judged it once on arrival; the state may have
-    /// moved since.
-    fn admits(&self, _client: u128, _operation: u8, _body: &[u8]) -> Result<(), Bytes> {
+    /// before it left (none still unapplied changes admission; `committed` is the highest op
+    /// known committed, the ops above the applied ones up to it included): `Err` with the reply
+    /// it gets instead (nothing is prepared). The node judged it once on arrival; the state may
+    /// have moved since.
+    fn admits(
+        &self,
+        _client: u128,
+        _operation: u8,
+        _body: &[u8],
+        _committed: u64,
+    ) -> Result<(), Bytes> {
         Ok(())
     }
 
@@ -1635,10 +1642,11 @@ impl<J: Journal, S: StateMachine> Group<J, S> {
     fn admit(&mut self, submit: Submit) {
         let replica = self.core.replica();
         let leads = replica.status() == iggy_vsr::Status::Normal && replica.is_primary();
+        let committed = replica.commit_max();
         if leads
-            && let Err(reply) = self
-                .state
-                .admits(submit.client, submit.operation, &submit.body)
+            && let Err(reply) =
+                self.state
+                    .admits(submit.client, submit.operation, &submit.body, committed)
         {
             let op = NOT_PREPARED;
             let _ = submit.waiter.send(Outcome::Committed { op, reply });

@@ -110,7 +110,7 @@ impl StateMachine for MetadataMachine {
         Operation::from_repr(operation).is_some_and(permissions::takes_grants_away)
     }
 
-    fn admits(&self, client: u128, operation: u8, body: &[u8]) -> Result<(), Bytes> {
+    fn admits(&self, client: u128, operation: u8, body: &[u8], _: u64) -> Result<(), Bytes> {
         if client == machine::SYSTEM_CLIENT {
             return Ok(());
         }

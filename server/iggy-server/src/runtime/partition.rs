@@ -386,6 +386,16 @@ impl StateMachine for PartitionMachine {
 
     type Read = PartitionRead;
 
+    /// A stored offset past the log's end is refused where the write is prepared
+    /// (`Partition::admits`), whichever node the client reached.
+    const JUDGES_ADMISSION: bool = true;
+
+    fn admits(&self, _: u128, operation: u8, body: &[u8], committed: u64) -> Result<(), Bytes> {
+        self.core
+            .admits(operation, body, committed, self.log.next_offset())
+            .map_err(|code| WriteResult::Failed(code).encode())
+    }
+
     async fn apply(&mut self, op: u64, _client: u128, operation: u8, body: Bytes) -> Bytes {
         let applied = self.core.apply(op, operation, &body, &LogFacts(&self.log));
         let result = match applied {

@@ -1589,18 +1589,9 @@ fn prepare_offset_write(
             partition_primary_for(node, key, routing)?;
             node.shared
                 .judge(bound.user_id, Need::PollMessages(key.0, key.1))?;
+            // An offset past the log's end is refused by the partition's primary as it
+            // prepares the write (`Partition::admits`), wherever the client sent it.
             let (owner, owner_created_at) = offset_owner(node, &store.consumer, key)?;
-            // A consumer's or a group's offset names a message the partition holds, as upstream
-            // has it (a partition that never held one takes none: 0 stored there would skip its
-            // first message); an external group's (kind 3) may exceed the range. Judged by the
-            // primary's copy only: a lagging one could refuse an offset the primary holds.
-            if store.consumer.kind != 3
-                && node.shared.partition(key).is_some()
-                && partition_primary(node, key).is_ok()
-                && store.offset >= node.shared.stats(key).next_offset
-            {
-                return Err(ErrorCode::InvalidOffset);
-            }
             (
                 key,
                 PartitionWrite::StoreOffset {
@@ -1673,6 +1664,11 @@ async fn partition_write(
                 .await?
         }
     };
+    // Refused by the primary as it was about to prepare it (`Partition::admits`): never
+    // committed, so the refusal is the reply's status, as one judged here.
+    if let (NOT_PREPARED, WriteResult::Failed(code)) = (op, &result) {
+        return Err(*code);
+    }
     let operation = request.operation;
     match (operation, result) {
         (Operation::SendMessages, WriteResult::Appended { base_offset, .. }) => {
