@@ -95,6 +95,13 @@ pub const TOPIC_OPTIONS: &[OptionSpec] = &[
         description: "Accepted for compatibility; every message is journaled on arrival",
     },
     OptionSpec {
+        key: "size_of_messages_required_to_save",
+        kind: OPTION_KIND_UINT64,
+        flags: 0,
+        default: b"\0\0\x10\0\0\0\0\0",
+        description: "Accepted for compatibility (1 GiB at most); every message is journaled on arrival",
+    },
+    OptionSpec {
         key: "preallocate_segments",
         kind: OPTION_KIND_BOOL,
         flags: 0,

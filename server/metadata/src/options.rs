@@ -99,7 +99,9 @@ pub fn number(key: &str, kind: u8, value: &[u8]) -> Result<u64, ErrorCode> {
         ("message_expiry" | "max_topic_size", "server_default") => Some(0),
         ("message_expiry", "never_expire" | "none") => Some(u64::MAX),
         ("message_expiry", _) => duration_micros(text),
-        ("max_topic_size" | "segment_size", _) => byte_size(text),
+        ("max_topic_size" | "segment_size" | "size_of_messages_required_to_save", _) => {
+            byte_size(text)
+        }
         _ => None,
     };
     parsed.ok_or(ErrorCode::InvalidOptionValue)
@@ -183,6 +185,10 @@ pub fn compression_algorithm(value: &[u8]) -> Result<u8, ErrorCode> {
 
 /// The official client's bound on `messages_required_to_save` (its codec refuses 0 and more).
 pub const MESSAGES_REQUIRED_TO_SAVE_MAX: u64 = 16 * 1024 * 1024;
+
+/// The official client's bound on `size_of_messages_required_to_save` (its codec refuses more):
+/// 1 GiB, the largest segment.
+pub const SIZE_OF_MESSAGES_REQUIRED_TO_SAVE_MAX: u64 = 1 << 30;
 
 #[cfg(test)]
 mod tests {
@@ -280,7 +286,8 @@ mod tests {
 
     /// As the official option codec reads them: keywords in any ASCII case (a `Fixed` resize
     /// policy was once refused 4042), `messages_required_to_save` from 1 to 16 MiB (0 and more
-    /// were once accepted).
+    /// were once accepted), `size_of_messages_required_to_save` up to 1 GiB (once refused as an
+    /// unknown key, which failed the official client's topic create).
     #[test]
     fn keywords_in_any_case_and_messages_required_to_save_within_the_official_bounds() {
         let check = |key: &str, value: &[u8]| check_value(key, kind::STRING, value);
@@ -291,6 +298,9 @@ mod tests {
             ("consumer_offset_durability", b"REPLICATED"),
             ("messages_required_to_save", b"1"),
             ("messages_required_to_save", b"16777216"),
+            ("size_of_messages_required_to_save", b"4096"),
+            ("size_of_messages_required_to_save", b"1 GiB"),
+            ("size_of_messages_required_to_save", b"1073741824"),
         ] {
             assert_eq!(check(key, value), Ok(()), "{key}={value:?}");
         }
@@ -299,6 +309,8 @@ mod tests {
             ("durability", b"Persist"),
             ("messages_required_to_save", b"0"),
             ("messages_required_to_save", b"16777217"),
+            ("size_of_messages_required_to_save", b"1073741825"),
+            ("size_of_messages_required_to_save", b"2 GiB"),
             ("status", b"Active"),
         ] {
             assert_eq!(
@@ -461,6 +473,10 @@ fn check_value(key: &str, kind: u8, value: &[u8]) -> Result<(), ErrorCode> {
         "message_expiry" | "max_topic_size" => number(key, kind, value).map(|_| ()),
         "messages_required_to_save" => match number(key, kind, value)? {
             1..=MESSAGES_REQUIRED_TO_SAVE_MAX => Ok(()),
+            _ => Err(ErrorCode::InvalidOptionValue),
+        },
+        "size_of_messages_required_to_save" => match number(key, kind, value)? {
+            0..=SIZE_OF_MESSAGES_REQUIRED_TO_SAVE_MAX => Ok(()),
             _ => Err(ErrorCode::InvalidOptionValue),
         },
         "durability" | "consumer_offset_durability" => {
@@ -640,6 +656,13 @@ mod catalog_before_spec {
             flags: 0,
             default: SAVE_EVERY,
             description: "Accepted for compatibility; every message is journaled on arrival",
+        },
+        OptionSpec {
+            key: "size_of_messages_required_to_save",
+            kind: kind::UINT64,
+            flags: 0,
+            default: &(1u64 << 20).to_le_bytes(),
+            description: "Accepted for compatibility (1 GiB at most); every message is journaled on arrival",
         },
         OptionSpec {
             key: "preallocate_segments",
