@@ -1417,3 +1417,26 @@ async fn a_request_head_held_in_part_is_cut_at_the_request_timeout() {
     closed.await.expect("closed, not held for the idle timeout").unwrap();
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
 }
+
+/// A topic read says which part of its path is missing, as every other route (and the binary
+/// transports) do: it answered 2010 topic_id_not_found for a missing stream too, and the official
+/// HTTP client's send, which reads the topic first, reported a missing stream as a missing topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_read_names_the_missing_stream_or_topic() {
+    let (server, api) = TestServer::start_with_http(&[]);
+    let client = server.root_client().await;
+    create_stream_and_topic(&client, "s", "t", 1).await;
+    let token = raw_token(&api).await;
+    for (path, id) in [
+        ("/streams/missing/topics/t", 1010),
+        ("/streams/999/topics/0", 1009),
+        ("/streams/s/topics/missing", 2011),
+        ("/streams/s/topics/99", 2010),
+    ] {
+        let (status, body) = raw(&api, "GET", path, Some(&token), b"").await;
+        let refusal: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        assert_eq!((status, refusal["id"].as_u64()), (404, Some(id)), "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    let (status, _) = raw(&api, "GET", "/streams/s/topics/t", Some(&token), b"").await;
+    assert_eq!(status, 200);
+}

@@ -1403,7 +1403,10 @@ async fn route_handler(
             .checked_bytes()?;
             let reply = call.run("topic.get", body, none).await?;
             if reply.is_empty() {
-                return Err(ErrorCode::TopicIdNotFound.into());
+                // The command answers a miss with nothing (the binary client's `None`); say
+                // which part of the path is missing, as every other route does.
+                let missing = topic_key(node, &stream, &topic).err();
+                return Err(missing.unwrap_or(ErrorCode::TopicIdNotFound).into());
             }
             let details: wire::GetTopicResponse = decode(&reply)?;
             ok_json(
