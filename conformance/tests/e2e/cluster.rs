@@ -4045,6 +4045,50 @@ pub(crate) fn http_message(id: u64, payload: String) -> IggyMessage {
         .expect("valid message")
 }
 
+/// Reads racing deletes in a cluster: a stream's or topic's details wait there for its
+/// partitions' figures, then read the model again, and a delete committed in between panicked the
+/// metadata primary (exit 70), then the next one (the SDK reads through each in turn): two of three
+/// nodes stopped within seconds. They answer "not found" now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_racing_the_deletion_of_their_topic_or_stream_stop_no_node() {
+    let cluster = TestCluster::start(3);
+    let admin = cluster.root_client(0).await;
+    let readers = [cluster.root_client(1).await, cluster.root_client(2).await];
+    let stop = AtomicBool::new(false);
+    let churn = async {
+        for round in 0..12 {
+            if round == 0 || round % 2 == 0 {
+                let options = StreamCreateOptions::default();
+                let _ = within("create stream", admin.create_stream("s", &options)).await;
+            }
+            let (stream, options) = (name("s"), topic_options(2));
+            let topic = admin.create_topic(&stream, "t", &options);
+            ok("create topic", within("create topic", topic).await);
+            send_to_partition(&admin, &name("s"), &name("t"), 0, vec![msg(format!("r{round}"))]).await;
+            match round % 2 {
+                0 => ok("delete topic", within("delete", admin.delete_topic(&name("s"), &name("t"))).await),
+                _ => ok("delete stream", within("delete", admin.delete_stream(&name("s"))).await),
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+    };
+    let reads = readers.iter().map(|reader| {
+        let stop = &stop;
+        async move {
+            let (stream, topic) = (name("s"), name("t"));
+            while !stop.load(Ordering::SeqCst) {
+                let _ = within("get topic", reader.get_topic(&stream, &topic)).await;
+                let _ = within("get stream", reader.get_stream(&stream)).await;
+            }
+        }
+    });
+    tokio::join!(churn, futures_util::future::join_all(reads));
+    for node in 0..cluster.len() {
+        let log = cluster.node(node).log();
+        assert!(!log.contains("panicked"), "node {node}:\n{log}");
+    }
+}
+
 /// A consumer's stored offset names a message the partition holds, on whichever node an HTTP
 /// client stores it: a backup relays the write, and its partition's primary judges it. Before,
 /// only the primary refused 4100; a backup took an offset past the log's end (and u64::MAX, whose

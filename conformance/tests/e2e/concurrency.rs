@@ -265,3 +265,44 @@ async fn a_node_restarted_with_its_clock_set_back_stamps_after_what_it_holds() {
         );
     }
 }
+
+/// Group offset stores racing the deletion of their group, then of their topic: a store
+/// resolved the group, waited for its partition, then read the group again from the model and
+/// panicked when the delete had committed in between (exit 70, the node stopped), instead of
+/// answering that the group is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_offset_stores_racing_the_deletion_of_their_group_or_topic_never_stop_the_node() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    let storers = join_all((0..3).map(|_| server.root_client())).await;
+    create_stream_and_topic(&admin, "s", "t", 3).await;
+    for round in 0..16u64 {
+        let deleting_topic = round % 2 == 1;
+        for partition in 0..3 {
+            send_to_partition(&admin, &name("s"), &name("t"), partition, msgs("m", 40)).await;
+        }
+        ok("create group", within("create", admin.create_consumer_group(&name("s"), &name("t"), "g")).await);
+        let storms = storers.iter().map(|client| async move {
+            let (group, stream, topic) = (Consumer::group(name("g")), name("s"), name("t"));
+            for k in 0..60u64 {
+                let store = client.store_consumer_offset(&group, &stream, &topic, Some((k % 3) as u32), k % 40);
+                if within("store", store).await.is_err() && k > 20 {
+                    break;
+                }
+            }
+        });
+        let delete = async {
+            tokio::time::sleep(std::time::Duration::from_millis(5 + round * 5)).await;
+            match deleting_topic {
+                true => ok("delete topic", within("delete", admin.delete_topic(&name("s"), &name("t"))).await),
+                false => ok("delete group", within("delete", admin.delete_consumer_group(&name("s"), &name("t"), &name("g"))).await),
+            }
+        };
+        tokio::join!(join_all(storms), delete);
+        assert!(server.log_lines_with("panicked").is_empty(), "round {round}:\n{}", server.log());
+        ok("ping", within("ping", admin.ping()).await);
+        if deleting_topic {
+            ok("create topic", within("create", admin.create_topic(&name("s"), "t", &topic_options(3))).await);
+        }
+    }
+}

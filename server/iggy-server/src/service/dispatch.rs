@@ -23,6 +23,7 @@ use iggy_generated::payloads::{
 };
 use iggy_generated::protocol;
 use iggy_metadata::machine::{decode, envelope, ident, session_record};
+use iggy_metadata::model::{ConsumerGroup, Metadata, Topic};
 use iggy_metadata::replies::{self as model_replies, Codec};
 use iggy_metadata::{Ident, Need};
 use iggy_partition::{NO_OFFSET_HOLD, OffsetOwner, PartitionWrite, StartAt, WriteResult};
@@ -1386,8 +1387,8 @@ fn check_captured_owner(
         OffsetOwner::External(_) => true,
         OffsetOwner::Group(group) => {
             let metadata = node.shared.metadata.borrow();
-            let topic = &metadata.streams[&key.0].topics[&key.1];
-            topic.consumer_groups[&group].admits_captured_owner(
+            let (topic, group) = group_now(&metadata, key, group)?;
+            group.admits_captured_owner(
                 header.owner_generation,
                 bound.client,
                 key.2,
@@ -1417,12 +1418,30 @@ fn uncaptured_group_owner(
         return Ok(());
     };
     let metadata = node.shared.metadata.borrow();
-    let topic = &metadata.streams[&key.0].topics[&key.1];
-    let group = &topic.consumer_groups[&group];
+    let (topic, group) = group_now(&metadata, key, group)?;
     match group.members.is_empty() {
         true => Ok(()),
         false => owned_by(group, topic, bound.client, key.2),
     }
+}
+
+/// The topic of `key` as the model holds it now, or what is missing: a request resolved `key`
+/// before it waited (for its partition, its replica, a client table), and a delete may have
+/// committed meanwhile.
+fn topic_now(metadata: &Metadata, key: PartitionKey) -> Result<&Topic, ErrorCode> {
+    let found = metadata.topic(&Ident::Id(key.0), &Ident::Id(key.1));
+    found.map(|(_, topic)| topic)
+}
+
+/// [`topic_now`], with its consumer group `group`.
+fn group_now(
+    metadata: &Metadata,
+    key: PartitionKey,
+    group: u32,
+) -> Result<(&Topic, &ConsumerGroup), ErrorCode> {
+    let topic = topic_now(metadata, key)?;
+    let group = topic.consumer_groups.get(&group);
+    Ok((topic, group.ok_or(ErrorCode::ConsumerGroupIdNotFound)?))
 }
 
 /// Whether `client` owns `partition` of `topic` in `group`: a client outside the group is told
@@ -1472,7 +1491,7 @@ fn offset_owner(
         },
         2 | 3 => {
             let metadata = node.shared.metadata.borrow();
-            let topic = &metadata.streams[&key.0].topics[&key.1];
+            let topic = topic_now(&metadata, key)?;
             let group = match &id {
                 Ident::Id(id) => topic.consumer_groups.get(id),
                 Ident::Name(name) => topic.consumer_groups.values().find(|g| &g.name == name),
@@ -1869,11 +1888,12 @@ async fn non_replicated(
         }
         200 => {
             let r: StreamIdRequest = decode(body)?;
+            let named = ident(&r.stream_id)?;
             let id = node
                 .shared
                 .metadata
                 .borrow()
-                .stream(&ident(&r.stream_id)?)
+                .stream(&named)
                 .map(|s| s.id)
                 .ok();
             match id {
@@ -1886,12 +1906,15 @@ async fn non_replicated(
                                 .shared
                                 .user_allows(user, Need::DescribeTopic(id, topic))
                     };
+                    // Resolved again: a delete may have committed during the wait.
                     let reply = {
                         let metadata = node.shared.metadata.borrow();
-                        let stream = &metadata.streams[&id];
-                        model_replies::stream_details_for(&*node.shared, stream, codec, visible)
+                        let stream = metadata.stream(&named).ok().filter(|s| s.id == id);
+                        stream.map(|stream| {
+                            model_replies::stream_details_for(&*node.shared, stream, codec, visible)
+                        })
                     };
-                    metadata_read(Need::DescribeStream(id), Some(reply))
+                    metadata_read(Need::DescribeStream(id), reply)
                 }
                 None => metadata_read(Need::ReadStreams, None),
             }
@@ -1909,26 +1932,28 @@ async fn non_replicated(
         }
         300 => {
             let r: TopicIdRequest = decode(body)?;
+            let named = (ident(&r.stream_id)?, ident(&r.topic_id)?);
             let found = node
                 .shared
                 .metadata
                 .borrow()
-                .topic(&ident(&r.stream_id)?, &ident(&r.topic_id)?)
+                .topic(&named.0, &named.1)
                 .map(|(s, t)| (s.id, t.id))
                 .ok();
             match found {
                 Some((s, t)) => {
                     figures_current(node, |(stream, topic, _)| (stream, topic) == (s, t)).await;
+                    // Resolved again: a delete may have committed during the wait.
                     let reply = {
                         let metadata = node.shared.metadata.borrow();
-                        model_replies::topic_details(
-                            &*node.shared,
-                            s,
-                            &metadata.streams[&s].topics[&t],
-                            codec,
-                        )
+                        let topic = metadata.topic(&named.0, &named.1).ok();
+                        topic
+                            .filter(|(stream, topic)| (stream.id, topic.id) == (s, t))
+                            .map(|(_, topic)| {
+                                model_replies::topic_details(&*node.shared, s, topic, codec)
+                            })
                     };
-                    metadata_read(Need::DescribeTopic(s, t), Some(reply))
+                    metadata_read(Need::DescribeTopic(s, t), reply)
                 }
                 // Judged as if it existed: a user who may read the stream's topics is told it
                 // is missing (it was refused 41 unless it could read every stream).
@@ -2247,8 +2272,7 @@ async fn poll(
     let owner_generation = match owner {
         OffsetOwner::Group(group) if poll.consumer.kind == 2 => {
             let metadata = node.shared.metadata.borrow();
-            let topic = &metadata.streams[&key.0].topics[&key.1];
-            let group = &topic.consumer_groups[&group];
+            let (topic, group) = group_now(&metadata, key, group)?;
             owned_by(group, topic, bound.client, key.2)?;
             group.generation
         }
