@@ -4045,6 +4045,41 @@ pub(crate) fn http_message(id: u64, payload: String) -> IggyMessage {
         .expect("valid message")
 }
 
+/// The session table's capacity is the one the metadata group committed with its first op,
+/// whatever a node's own `limits.clients_table_max` says (README: a later configuration change
+/// "does not resize a group that already committed one"): a backup restarted with 8 slots in a
+/// group committed at 4096 refused every sign-in once 7 sessions lived (the last slot kept for
+/// root), and as metadata primary would have locked the whole cluster out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_ins_are_counted_against_the_committed_session_capacity_not_a_nodes_own() {
+    let options = ClusterOptions {
+        http: true,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start_with(3, options);
+    let (primary, backup) = metadata_primary_and_backup(&cluster).await;
+    let root = cluster.root_client(primary).await;
+    let user_options = UserCreateOptions::default();
+    let user = root.create_user("many", "many-secret", UserStatus::Active, None, &user_options);
+    ok("create user", within("create user", user).await);
+    cluster.stop(backup);
+    cluster.node_mut(backup).set_env("IGGY_LIMITS_CLIENTS_TABLE_MAX", Some("8"));
+    cluster.restart(backup);
+    cluster.wait_normal(backup, &[METADATA_GROUP]).await;
+    let url = cluster.http_url(backup);
+    for login in 0..12 {
+        let body = br#"{"username":"many","password":"many-secret","version":"0.11.1-edge.2"}"#;
+        let (status, reply) = crate::http::raw(&url, "POST", "/users/login", None, body).await;
+        assert_eq!(
+            status,
+            200,
+            "login {login} through node {backup}: {}; its log:\n{}",
+            String::from_utf8_lossy(&reply),
+            cluster.node(backup).log()
+        );
+    }
+}
+
 /// Reads racing deletes in a cluster: a stream's or topic's details wait there for its
 /// partitions' figures, then read the model again, and a delete committed in between panicked the
 /// metadata primary (exit 70), then the next one (the SDK reads through each in turn): two of three

@@ -400,6 +400,11 @@ impl TestCluster {
         &self.nodes[i]
     }
 
+    /// Node i, to change how it starts next (`TestServer::set_env`).
+    pub fn node_mut(&mut self, i: usize) -> &mut TestServer {
+        &mut self.nodes[i]
+    }
+
     pub fn address(&self, i: usize) -> String {
         self.nodes[i].address()
     }

@@ -458,10 +458,17 @@ impl<W> GroupCore<W> {
     /// commit it, which a retry under the same request number learns from the client table);
     /// one held for its client's register was never proposed: `NotReady`. Checked once the
     /// replica's own actions are done, so a refusal it just emitted is answered as such.
+    /// A replica that starts leading proposes the configured limits if the group committed
+    /// none yet (a cluster's first primary is elected after its replicas opened, when none of
+    /// them led and proposed). Whether it has more to do.
     fn answer_deposed(&mut self) -> bool {
         let leading = self.replica.status() == Status::Normal && self.replica.is_primary();
-        let deposed = self.was_leading && !leading;
+        let (elected, deposed) = (!self.was_leading && leading, self.was_leading && !leading);
         self.was_leading = leading;
+        if elected {
+            self.replica.nominate_limits(self.limits_at_open.1);
+            return true;
+        }
         if !deposed || (self.waiting.is_empty() && self.registering.is_empty()) {
             return false;
         }

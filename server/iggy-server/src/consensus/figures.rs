@@ -36,6 +36,9 @@ pub struct GroupFigures {
     /// in touch (bits 20..64, [`in_touch_bits`]), packed so a reader never sees one without
     /// the others.
     role: AtomicU64,
+    /// The client table's capacity: the one the group committed with its first op, the
+    /// configured one until then.
+    clients_max: AtomicU64,
 }
 
 /// Where the in-touch lapse sits in the role word: whole milliseconds since the process's
@@ -116,6 +119,8 @@ impl GroupFigures {
             .store(u64::from(replica.view()), Ordering::Relaxed);
         self.commit.store(replica.commit_max(), Ordering::Relaxed);
         self.applied.store(replica.commit_min(), Ordering::Relaxed);
+        let clients_max = replica.clients().clients_max() as u64;
+        self.clients_max.store(clients_max, Ordering::Relaxed);
         let in_touch = match replica.in_touch() {
             true => in_touch_bits(in_touch) << IN_TOUCH_SHIFT,
             false => 0,
@@ -163,6 +168,11 @@ impl GroupFigures {
     /// The highest op the replica applied to its state machine (at most [`Self::commit`]).
     pub fn applied(&self) -> u64 {
         self.applied.load(Ordering::Relaxed)
+    }
+
+    /// The client table's capacity (0 before the group first published).
+    pub fn clients_max(&self) -> usize {
+        self.clients_max.load(Ordering::Relaxed) as usize
     }
 }
 

@@ -864,12 +864,17 @@ fn root_reserve(clients_table_max: usize) -> usize {
 
 /// Refuses a new session of a user other than root that would take one of the slots kept for
 /// root ([`root_reserve`]), counted on this replica's model of the live sessions (the table
-/// itself refuses a register beyond its capacity).
+/// itself refuses a register beyond its capacity). The capacity is the one the metadata group
+/// committed, which this node's configuration may differ from (a node configured with fewer
+/// slots refused every sign-in, and as metadata primary locked the whole cluster out).
 fn room_for_a_session_of(node: &Node, user_id: u32) -> Result<(), ErrorCode> {
     if user_id == iggy_metadata::ROOT_USER_ID {
         return Ok(());
     }
-    let capacity = node.shared.config.limits.clients_table_max;
+    let capacity = match node.metadata.figures().clients_max() {
+        0 => node.shared.config.limits.clients_table_max,
+        committed => committed,
+    };
     let reserve = root_reserve(capacity);
     let live = node.shared.metadata.borrow().sessions.len();
     if live + reserve < capacity {
