@@ -4080,6 +4080,28 @@ async fn sign_ins_are_counted_against_the_committed_session_capacity_not_a_nodes
     }
 }
 
+/// A roster address no peer listens on (node 0 given a wrong `tcp_replica` for node 1) is named
+/// in a warning: before, a refused dial was logged at debug only, and node 0 said only that its
+/// frames were "too late or lost".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_address_that_refuses_the_dial_is_named_in_a_warning() {
+    let wrong = free_port();
+    let misdirected = vec![("IGGY_CLUSTER_NODES_1_PORTS_TCP_REPLICA".to_string(), wrong.to_string())];
+    let options = ClusterOptions {
+        node_env: BTreeMap::from([(0, misdirected)]),
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_with(3, options);
+    let named = format!("cannot connect to replica 1 at 127.0.0.1:{wrong}");
+    wait_until(
+        "node 0 names the address it cannot dial",
+        Duration::from_secs(20),
+        || cluster.node(0).log().lines().any(|line| line.contains("WARN") && line.contains(&named)).then_some(()),
+        || cluster.node(0).log(),
+    )
+    .await;
+}
+
 /// Reads racing deletes in a cluster: a stream's or topic's details wait there for its
 /// partitions' figures, then read the model again, and a delete committed in between panicked the
 /// metadata primary (exit 70), then the next one (the SDK reads through each in turn): two of three

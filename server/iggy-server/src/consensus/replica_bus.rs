@@ -1223,9 +1223,9 @@ async fn dial_loop(shared: Rc<Shared>, peer: u8, address: PeerAddress) {
     }
 }
 
-/// One dial loop's record of its peer's name lookups: a failure is a warning naming the name,
-/// limited to one per `UNRESOLVED_WARNING_INTERVAL` (with the count held back), and the first
-/// success after failures says what the name resolved to.
+/// One dial loop's record of its peer's name lookups and connects: a failure is a warning
+/// naming the address, limited to one per `UNRESOLVED_WARNING_INTERVAL` (with the count held
+/// back), and the first lookup success after failures says what the name resolved to.
 struct Lookups {
     local: u8,
     peer: u8,
@@ -1261,6 +1261,28 @@ impl Lookups {
         }
     }
 
+    /// `address` resolved to `socket`, which refused or did not answer the connection: a
+    /// warning at most every `UNRESOLVED_WARNING_INTERVAL`, so a roster address no peer
+    /// listens on (a wrong `tcp_replica`) is named, not only blamed on lost frames; a peer that
+    /// is down is named the same way while it stays down.
+    fn unreachable(&mut self, address: &PeerAddress, socket: SocketAddr, error: &std::io::Error) {
+        let (local, peer) = (self.local, self.peer);
+        match self.warnings.due(Instant::now()) {
+            None => tracing::debug!(
+                "replica {local}: cannot connect to replica {peer} at {address} ({socket}): \
+                 {error}"
+            ),
+            Some(held_back) => tracing::warn!(
+                "replica {local}: cannot connect to replica {peer} at {address} ({socket}): \
+                 {error}; dialing it again after the backoff{}",
+                match held_back {
+                    0 => String::new(),
+                    n => format!(" ({n} more failed dials since the last warning)"),
+                }
+            ),
+        }
+    }
+
     fn resolved(&mut self, address: &PeerAddress, found: &[SocketAddr]) {
         let (local, peer) = (self.local, self.peer);
         if std::mem::take(&mut self.failed) {
@@ -1274,14 +1296,12 @@ impl Lookups {
 }
 
 /// Resolves `address` for this attempt and connects to the first of its addresses that
-/// answers. `None` when it does not resolve (reported through `lookups`) or nothing answers.
+/// answers. `None` when it does not resolve or nothing answers (reported through `lookups`).
 async fn connect(
     shared: &Shared,
-    peer: u8,
     address: &PeerAddress,
     lookups: &mut Lookups,
 ) -> Option<TcpStream> {
-    let local = shared.config.local.replica;
     let found = match shared.config.resolver.resolve(address).await {
         Ok(found) if !found.is_empty() => found,
         Ok(_) => {
@@ -1297,18 +1317,16 @@ async fn connect(
     for socket in &found {
         match TcpStream::connect(*socket).await {
             Ok(stream) => return Some(stream),
-            Err(error) => tracing::debug!(
-                "replica {local}: cannot connect to replica {peer} at {address} ({socket}): \
-                 {error}"
-            ),
+            Err(error) => lookups.unreachable(address, *socket, &error),
         }
     }
     None
 }
 
 /// Connects and runs the dialer's handshake (TLS first when configured). `Err(None)` is a
-/// failure to reach the peer (logged at debug: a peer that is down is normal; a name that does
-/// not resolve, at warn with a limit), `Err(Some(_))` a refusal.
+/// failure to reach the peer (a name that does not resolve or an address that refuses the
+/// connection: a warning at most every 30 s; a handshake cut short, at debug), `Err(Some(_))` a
+/// refusal.
 async fn dial(
     shared: &Shared,
     peer: u8,
@@ -1320,7 +1338,7 @@ async fn dial(
         tracing::debug!("replica {local}: {what} replica {peer} at {address}: {error}");
         None
     };
-    let stream = connect(shared, peer, address, lookups).await.ok_or(None)?;
+    let stream = connect(shared, address, lookups).await.ok_or(None)?;
     let _ = stream.set_nodelay(true);
     let (mut stream, channel_binding) = match &shared.config.tls {
         None => (LinkStream::Plain(stream), None),
