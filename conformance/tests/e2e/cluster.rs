@@ -4102,6 +4102,65 @@ async fn a_replica_address_that_refuses_the_dial_is_named_in_a_warning() {
     .await;
 }
 
+/// Sends racing the deletion of their partition (then of their topic) in a cluster end with a
+/// definite answer: the write's group is torn down by the committed delete, and whatever it
+/// wrote went with the partition. They were answered 57 (outcome unknown), which the SDK turns
+/// into OperationUncertain (14006) and keeps, for about two of three sends in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_racing_the_deletion_of_their_partition_are_not_left_uncertain() {
+    let cluster = TestCluster::start(3);
+    let admin = cluster.root_client(0).await;
+    let producers = [
+        cluster.root_client(0).await,
+        cluster.root_client(1).await,
+        cluster.root_client(2).await,
+    ];
+    let options = StreamCreateOptions::default();
+    ok("create stream", within("create", admin.create_stream("s", &options)).await);
+    let mut uncertain = Vec::new();
+    for round in 0..8u64 {
+        let (stream, topic_options) = (name("s"), topic_options(2));
+        let create = admin.create_topic(&stream, "t", &topic_options);
+        ok("create topic", within("create topic", create).await);
+        let stop = AtomicBool::new(false);
+        let sends = producers.iter().enumerate().map(|(who, producer)| {
+            let stop = &stop;
+            async move {
+                let (stream, topic, to) = (name("s"), name("t"), Partitioning::partition_id(1));
+                let mut outcomes = Vec::new();
+                for k in 0.. {
+                    let mut batch = vec![msg(format!("r{round}-{who}-{k}"))];
+                    let sent = within("send", producer.send_messages(&stream, &topic, &to, &mut batch)).await;
+                    let failed = sent.is_err();
+                    outcomes.push(sent.err().map(|error| error.as_code()));
+                    if failed || (stop.load(Ordering::SeqCst) && k > 3) {
+                        break;
+                    }
+                }
+                outcomes
+            }
+        });
+        let delete = async {
+            tokio::time::sleep(Duration::from_millis(20 + round * 12)).await;
+            match round % 2 {
+                0 => ok("delete partition", within("delete", admin.delete_partitions(&name("s"), &name("t"), 1)).await),
+                _ => ok("delete topic", within("delete", admin.delete_topic(&name("s"), &name("t"))).await),
+            }
+            stop.store(true, Ordering::SeqCst);
+        };
+        let (outcomes, ()) = tokio::join!(futures_util::future::join_all(sends), delete);
+        for code in outcomes.into_iter().flatten().flatten() {
+            if code == 14006 || code == 57 {
+                uncertain.push(format!("round {round}: {code}"));
+            }
+        }
+        if round % 2 == 0 {
+            ok("delete topic", within("delete", admin.delete_topic(&name("s"), &name("t"))).await);
+        }
+    }
+    assert!(uncertain.is_empty(), "sends left uncertain: {uncertain:?}");
+}
+
 /// Reads racing deletes in a cluster: a stream's or topic's details wait there for its
 /// partitions' figures, then read the model again, and a delete committed in between panicked the
 /// metadata primary (exit 70), then the next one (the SDK reads through each in turn): two of three

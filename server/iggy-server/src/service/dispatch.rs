@@ -1678,16 +1678,18 @@ async fn partition_write(
     {
         check_captured_owner(node, bound, header, owner, key)?;
     }
-    let (op, result) = match routing {
+    let incarnation = incarnation_of(node, key);
+    let written = match routing {
         Routing::ByClient => partition
             .write(bound.client, header.request, write)
             .await
-            .map_err(|error| partition_refused(node, key, error))?,
+            .map_err(|error| partition_refused(node, key, error)),
         Routing::ByServer => {
             relayed_partition_write(&partition, bound, header.request, write, request.answer_by)
-                .await?
+                .await
         }
     };
+    let (op, result) = written.map_err(|error| deleted_meanwhile(node, key, incarnation, error))?;
     // Refused by the primary as it was about to prepare it (`Partition::admits`): never
     // committed, so the refusal is the reply's status, as one judged here.
     if let (NOT_PREPARED, WriteResult::Failed(code)) = (op, &result) {
@@ -1703,6 +1705,25 @@ async fn partition_write(
             Ok(request.committed(operation, op, &model_replies::result_rejection(code)))
         }
         _ => Ok(request.committed(operation, op, &model_replies::RESULT_OK)),
+    }
+}
+
+/// A write whose verdict never came (57) because its partition was deleted meanwhile (a
+/// committed delete of it, its topic or its stream tore its group down): whatever it wrote went
+/// with the partition, so it is answered as a write to a missing partition, which is definite,
+/// rather than as one whose outcome is unknown (the SDK keeps such an op and reports it
+/// uncertain, although nothing of it can ever appear).
+fn deleted_meanwhile(
+    node: &Node,
+    key: PartitionKey,
+    incarnation: u64,
+    error: ErrorCode,
+) -> ErrorCode {
+    match error {
+        ErrorCode::TransientNotCommitted if incarnation_of(node, key) != incarnation => {
+            ErrorCode::PartitionNotFound
+        }
+        error => error,
     }
 }
 
