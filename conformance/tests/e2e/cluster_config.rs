@@ -384,13 +384,16 @@ async fn standalone_directory_started_as_node_0(env: &[(&str, &str)]) -> String 
 }
 
 /// A standalone node's data directory given to a cluster node (a node being moved into a
-/// cluster, a mistyped `system.path`) is refused naming the other cluster, before anything in
-/// it is written: not even the cluster node's run or replica count files.
+/// cluster, a mistyped `system.path`) is refused as a standalone node's, before anything in it
+/// is written: not even the cluster node's run or replica count files. (Its journal names
+/// another cluster too, the standalone node's default name: that refusal came first and hid the
+/// reason and its fix.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_nodes_data_directory_started_as_a_cluster_node_is_refused_and_touches_nothing()
  {
     let stderr = standalone_directory_started_as_node_0(&[]).await;
-    assert!(stderr.contains("belongs to cluster"), "{stderr}");
+    assert!(stderr.contains("a standalone node's"), "{stderr}");
+    assert!(stderr.contains("start it on empty data directories"), "{stderr}");
 }
 
 /// The same with the cluster's own name (the 3-node file's): the superblock's cluster id agrees,
@@ -431,6 +434,20 @@ async fn a_cluster_nodes_data_directory_started_standalone_is_refused_and_touche
         assert!(log.contains(named), "{named:?} in:\n{log}");
     }
     assert_untouched(&dir, &before, "node 0");
+    // Started standalone under another name too (the default one a standalone node runs
+    // with): refused for the same reason, not as a directory of another cluster.name, whose
+    // advice (start it with the name its peers run) led only to this refusal.
+    cluster.nodes[0].set_env("IGGY_CLUSTER_NAME", Some("a-standalone-name"));
+    cluster.nodes[0].start_again_unready();
+    let status = cluster.nodes[0]
+        .wait_exit(Duration::from_secs(30))
+        .expect("node 0 refused to start standalone");
+    let log = cluster.node(0).log();
+    let last_start = log.rsplit("===== e2e harness: start #").next().unwrap_or(&log);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(last_start.contains("cluster.enabled is false"), "{last_start}");
+    assert_untouched(&dir, &before, "node 0");
+    cluster.nodes[0].set_env("IGGY_CLUSTER_NAME", None);
     cluster.nodes[0].set_env("IGGY_CLUSTER_ENABLED", None);
     cluster.restart(0);
     serves_kept(&cluster, 0).await;

@@ -383,6 +383,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // A standalone node's directory started as a cluster node, or the reverse, is refused for
+    // that first: its journal also names another cluster when the names differ (a standalone
+    // node runs under the default name), which would hide the reason and its fix.
+    if let Err(refusal) = consensus::replica_count::judge_recorded(
+        std::path::Path::new(&cfg.system.path),
+        consensus::cluster::node_cluster(),
+        roster_size(&cfg),
+    ) {
+        eprintln!("iggy-server: replica {replica_id}: {refusal}");
+        return ExitCode::FAILURE;
+    }
     // Another node's directory (a mistyped system.path, a backup restored on the wrong
     // machine) is refused before anything opens it, --fresh included: a configuration error,
     // not the storage failure (74) the group's open would report.
@@ -638,6 +649,15 @@ fn main() -> ExitCode {
     runtime.block_on(run(cfg, (data, dir_lock), replica_id, root, start))
 }
 
+/// The node count of this node's roster: a standalone node is a roster of one (its
+/// configuration's nodes, if any, are not its).
+fn roster_size(cfg: &config::Config) -> u8 {
+    match cfg.cluster.enabled {
+        true => u8::try_from(cfg.cluster.nodes.len()).expect("the roster is checked at load"),
+        false => 1,
+    }
+}
+
 /// Compares the replica count the metadata history in `dir` was formed with against the
 /// roster's, or records the roster's when the directory has none yet (see
 /// `consensus::replica_count`).
@@ -648,11 +668,7 @@ fn record_replica_count(
     replica_id: u8,
 ) -> Result<(), ExitCode> {
     use consensus::replica_count::{Recorded, check_or_record};
-    // A standalone node is a roster of one (its configuration's nodes, if any, are not its).
-    let roster = match cfg.cluster.enabled {
-        true => u8::try_from(cfg.cluster.nodes.len()).expect("the roster is checked at load"),
-        false => 1,
-    };
+    let roster = roster_size(cfg);
     match check_or_record(dir, cluster, roster) {
         Ok(Recorded::Agrees) => Ok(()),
         Ok(Recorded::Written) => {

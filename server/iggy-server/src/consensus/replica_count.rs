@@ -119,28 +119,42 @@ pub enum Recorded {
 pub fn check_or_record(dir: &Path, cluster: u128, roster: u8) -> Result<Recorded, String> {
     let path = dir.join(CLUSTER_REPLICAS_FILE);
     match std::fs::read(&path) {
-        Ok(bytes) => {
-            let refused = |error: String| {
-                format!(
-                    "{}: {error}; nothing was changed. Removing the file lets the node start: \
-                     it records the roster's node count again (check first that the roster has \
-                     the nodes this cluster was formed with)",
-                    path.display()
-                )
-            };
-            let file = intact(&bytes).map_err(refused)?;
-            let standalone = file.replicas == 1 || roster == 1;
-            if !standalone && file.cluster != cluster {
-                return Err(refused(another_cluster(file.cluster, cluster)));
-            }
-            judge(file.replicas, roster).map(|()| Recorded::Agrees)
-        }
+        Ok(bytes) => judge_file(&path, &bytes, cluster, roster).map(|()| Recorded::Agrees),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             iggy_storage::fail_stop::write_atomically_blocking(&path, &encode(cluster, roster));
             Ok(Recorded::Written)
         }
         Err(error) => Err(format!("cannot read {}: {error}", path.display())),
     }
+}
+
+/// [`check_or_record`]'s judgement alone, writing nothing, for a record that is there and
+/// intact: the start judges it before any other record of the directory, so a standalone
+/// node's directory started as a cluster node (or the reverse) is refused for that, not for a
+/// journal that names another cluster (a standalone node runs under the default name).
+pub fn judge_recorded(dir: &Path, cluster: u128, roster: u8) -> Result<(), String> {
+    let path = dir.join(CLUSTER_REPLICAS_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) if intact(&bytes).is_ok() => judge_file(&path, &bytes, cluster, roster),
+        _ => Ok(()),
+    }
+}
+
+fn judge_file(path: &Path, bytes: &[u8], cluster: u128, roster: u8) -> Result<(), String> {
+    let refused = |error: String| {
+        format!(
+            "{}: {error}; nothing was changed. Removing the file lets the node start: it \
+             records the roster's node count again (check first that the roster has the nodes \
+             this cluster was formed with)",
+            path.display()
+        )
+    };
+    let file = intact(bytes).map_err(refused)?;
+    let standalone = file.replicas == 1 || roster == 1;
+    if !standalone && file.cluster != cluster {
+        return Err(refused(another_cluster(file.cluster, cluster)));
+    }
+    judge(file.replicas, roster)
 }
 
 #[cfg(test)]
