@@ -306,3 +306,53 @@ async fn group_offset_stores_racing_the_deletion_of_their_group_or_topic_never_s
         }
     }
 }
+
+/// Segment deletions racing the deletion of their topic end with a definite answer: the
+/// partition's group was torn down by the committed delete, and whatever the deletion did went
+/// with the partition. They were answered 57, which the SDK turns into OperationUncertain and
+/// then blocks the client's lane: every later segment deletion of that client, on the re-created
+/// topic too, failed LaneBlocked until the application resolved the op.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segment_deletions_racing_the_deletion_of_their_topic_are_not_left_uncertain() {
+    let server = TestServer::start();
+    let admin = server.root_client().await;
+    let deleters = join_all((0..3).map(|_| server.root_client())).await;
+    create_stream_and_topic(&admin, "s", "t", 1).await;
+    let mut uncertain = Vec::new();
+    for round in 0..12u64 {
+        send_to_partition(&admin, &name("s"), &name("t"), 0, msgs("m", 5)).await;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let deletions = deleters.iter().map(|client| {
+            let stop = &stop;
+            async move {
+                let (stream, topic) = (name("s"), name("t"));
+                let mut codes = Vec::new();
+                for k in 0.. {
+                    let deleted = within("delete segments", client.delete_segments(&stream, &topic, 0, 1)).await;
+                    let failed = deleted.is_err();
+                    codes.push(deleted.err().map(|error| error.as_code()));
+                    if (failed || stop.load(std::sync::atomic::Ordering::SeqCst)) && k > 2 {
+                        break;
+                    }
+                }
+                codes
+            }
+        });
+        let delete = async {
+            tokio::time::sleep(std::time::Duration::from_millis(3 + round * 3)).await;
+            ok("delete topic", within("delete", admin.delete_topic(&name("s"), &name("t"))).await);
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        };
+        let (codes, ()) = tokio::join!(join_all(deletions), delete);
+        for code in codes.into_iter().flatten().flatten() {
+            if [57, 14006, 14007].contains(&code) {
+                uncertain.push(format!("round {round}: {code}"));
+            }
+        }
+        ok("create topic", within("create", admin.create_topic(&name("s"), "t", &topic_options(1))).await);
+    }
+    assert!(uncertain.is_empty(), "segment deletions left uncertain: {uncertain:?}\n{}", server.log());
+    for client in &deleters {
+        ok("a segment deletion after the races", within("delete segments", client.delete_segments(&name("s"), &name("t"), 0, 1)).await);
+    }
+}

@@ -467,6 +467,12 @@ impl<R> GroupHandle<R> {
         &self.figures
     }
 
+    /// Whether the group's task has stopped (its partition deleted, the node stopping): it
+    /// answers nothing more, so a write is not sent to it again.
+    pub fn stopped(&self) -> bool {
+        self.jobs.is_closed()
+    }
+
     /// [`Self::figures`], to keep beyond this handle.
     pub fn shared_figures(&self) -> std::sync::Arc<GroupFigures> {
         self.figures.clone()

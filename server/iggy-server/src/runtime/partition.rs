@@ -1074,6 +1074,11 @@ impl PartitionHandle {
                 .await;
             let again = std::time::Instant::now() + RELAY_REPLAY_PAUSE < replay_until;
             match outcome {
+                // Its group stopped (the partition deleted, the node stopping): no send again
+                // reaches anyone.
+                Outcome::Failed if self.group.stopped() => {
+                    return Err(ErrorCode::TransientNotCommitted);
+                }
                 Outcome::Failed => may_have_committed = true,
                 Outcome::Refused(
                     Refusal::Busy | Refusal::NotReady | Refusal::NotPrimary { .. },

@@ -1678,7 +1678,7 @@ async fn partition_write(
     {
         check_captured_owner(node, bound, header, owner, key)?;
     }
-    let incarnation = incarnation_of(node, key);
+    let incarnation = node.shared.live_incarnation(key);
     let written = match routing {
         Routing::ByClient => partition
             .write(bound.client, header.request, write)
@@ -1710,18 +1710,25 @@ async fn partition_write(
 
 /// A write whose verdict never came (57) because its partition was deleted meanwhile (a
 /// committed delete of it, its topic or its stream tore its group down): whatever it wrote went
-/// with the partition, so it is answered as a write to a missing partition, which is definite,
+/// with the partition, so it is answered as a write to what is missing, which is definite,
 /// rather than as one whose outcome is unknown (the SDK keeps such an op and reports it
 /// uncertain, although nothing of it can ever appear).
+/// `incarnation` is the one the model held as the write went out: none when its delete had
+/// applied already and only the group's teardown was still to come.
 fn deleted_meanwhile(
     node: &Node,
     key: PartitionKey,
-    incarnation: u64,
+    incarnation: Option<u64>,
     error: ErrorCode,
 ) -> ErrorCode {
+    let deleted = incarnation.is_none() || node.shared.live_incarnation(key) != incarnation;
     match error {
-        ErrorCode::TransientNotCommitted if incarnation_of(node, key) != incarnation => {
-            ErrorCode::PartitionNotFound
+        // What is missing now: its stream, its topic, or the partition (or its incarnation).
+        ErrorCode::TransientNotCommitted if deleted => {
+            let metadata = node.shared.metadata.borrow();
+            topic_now(&metadata, key)
+                .err()
+                .unwrap_or(ErrorCode::PartitionNotFound)
         }
         error => error,
     }
@@ -1798,6 +1805,7 @@ async fn delete_segments(
             planned_at: plan.planned_at,
         }
     };
+    let incarnation = node.shared.live_incarnation(key);
     let written = partition
         .write_anywhere(
             bound.client,
@@ -1809,7 +1817,7 @@ async fn delete_segments(
     // Refused as not primary: the partition's view moved meanwhile.
     let written = written.map_err(|error| match error {
         ErrorCode::NotPrimary => ErrorCode::TransientNotAccepted,
-        error => error,
+        error => deleted_meanwhile(node, key, incarnation, error),
     });
     let (op, result) = written?;
     if routing == Routing::ByServer {
