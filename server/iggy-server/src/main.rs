@@ -386,9 +386,8 @@ fn main() -> ExitCode {
     // A standalone node's directory started as a cluster node, or the reverse, is refused for
     // that first: its journal also names another cluster when the names differ (a standalone
     // node runs under the default name), which would hide the reason and its fix.
-    if let Err(refusal) = consensus::replica_count::judge_recorded(
+    if let Err(refusal) = consensus::replica_count::judge_standalone_change(
         std::path::Path::new(&cfg.system.path),
-        consensus::cluster::node_cluster(),
         roster_size(&cfg),
     ) {
         eprintln!("iggy-server: replica {replica_id}: {refusal}");

@@ -1204,7 +1204,8 @@ async fn dial_loop(shared: Rc<Shared>, peer: u8, address: PeerAddress) {
         config.seed ^ (u64::from(peer) << 32),
     );
     let local = config.local.replica;
-    let mut lookups = Lookups::new(local, peer);
+    // The handshake timeout is the cluster's heartbeat timeout.
+    let mut lookups = Lookups::new(local, peer, config.handshake_timeout);
     loop {
         let attempt = dial(&shared, peer, &address, &mut lookups);
         match compio::time::timeout(config.handshake_timeout, attempt).await {
@@ -1223,24 +1224,40 @@ async fn dial_loop(shared: Rc<Shared>, peer: u8, address: PeerAddress) {
     }
 }
 
-/// One dial loop's record of its peer's name lookups and connects: a failure is a warning
-/// naming the address, limited to one per `UNRESOLVED_WARNING_INTERVAL` (with the count held
-/// back), and the first lookup success after failures says what the name resolved to.
+/// How long, in heartbeat timeouts, every dial of a peer may fail to connect before it is a
+/// warning (a minute by default): a peer starting a moment later, or stopped for a restart, is
+/// normal.
+const UNREACHABLE_WARNING_AFTER_TIMEOUTS: u32 = 12;
+
+/// One dial loop's record of its peer's name lookups and connects: a failed lookup is a warning
+/// naming the name, and connects that failed for `warn_after` one naming the
+/// address, limited to one per `UNRESOLVED_WARNING_INTERVAL` (with the count held back); the
+/// first lookup success after failures says what the name resolved to.
 struct Lookups {
     local: u8,
     peer: u8,
     warnings: Throttled,
     failed: bool,
+    /// When the connects started failing, while every one since has.
+    unreachable_since: Option<Instant>,
+    warn_after: Duration,
 }
 
 impl Lookups {
-    fn new(local: u8, peer: u8) -> Self {
+    fn new(local: u8, peer: u8, heartbeat_timeout: Duration) -> Self {
         Lookups {
             local,
             peer,
             warnings: Throttled::new(UNRESOLVED_WARNING_INTERVAL),
             failed: false,
+            unreachable_since: None,
+            warn_after: heartbeat_timeout * UNREACHABLE_WARNING_AFTER_TIMEOUTS,
         }
+    }
+
+    /// A connect to the peer succeeded.
+    fn reached(&mut self) {
+        self.unreachable_since = None;
     }
 
     fn failed(&mut self, address: &PeerAddress, why: &str) {
@@ -1261,20 +1278,26 @@ impl Lookups {
         }
     }
 
-    /// `address` resolved to `socket`, which refused or did not answer the connection: a
-    /// warning at most every `UNRESOLVED_WARNING_INTERVAL`, so a roster address no peer
-    /// listens on (a wrong `tcp_replica`) is named, not only blamed on lost frames; a peer that
-    /// is down is named the same way while it stays down.
+    /// `address` resolved to `socket`, which refused or did not answer the connection: once
+    /// every connect failed for `warn_after`, a warning at most every
+    /// `UNRESOLVED_WARNING_INTERVAL`, so a roster address no peer listens on (a wrong
+    /// `tcp_replica`) is named, not only blamed on lost frames; so is a peer down that long.
     fn unreachable(&mut self, address: &PeerAddress, socket: SocketAddr, error: &std::io::Error) {
-        let (local, peer) = (self.local, self.peer);
-        match self.warnings.due(Instant::now()) {
+        let (local, peer, now) = (self.local, self.peer, Instant::now());
+        let since = *self.unreachable_since.get_or_insert(now);
+        let due = match now.duration_since(since) >= self.warn_after {
+            true => self.warnings.due(now),
+            false => None,
+        };
+        match due {
             None => tracing::debug!(
                 "replica {local}: cannot connect to replica {peer} at {address} ({socket}): \
                  {error}"
             ),
             Some(held_back) => tracing::warn!(
                 "replica {local}: cannot connect to replica {peer} at {address} ({socket}): \
-                 {error}; dialing it again after the backoff{}",
+                 {error}, and so has every dial for {}s; dialing it again after the backoff{}",
+                now.duration_since(since).as_secs(),
                 match held_back {
                     0 => String::new(),
                     n => format!(" ({n} more failed dials since the last warning)"),
@@ -1316,7 +1339,10 @@ async fn connect(
     lookups.resolved(address, &found);
     for socket in &found {
         match TcpStream::connect(*socket).await {
-            Ok(stream) => return Some(stream),
+            Ok(stream) => {
+                lookups.reached();
+                return Some(stream);
+            }
             Err(error) => lookups.unreachable(address, *socket, &error),
         }
     }

@@ -119,7 +119,22 @@ pub enum Recorded {
 pub fn check_or_record(dir: &Path, cluster: u128, roster: u8) -> Result<Recorded, String> {
     let path = dir.join(CLUSTER_REPLICAS_FILE);
     match std::fs::read(&path) {
-        Ok(bytes) => judge_file(&path, &bytes, cluster, roster).map(|()| Recorded::Agrees),
+        Ok(bytes) => {
+            let refused = |error: String| {
+                format!(
+                    "{}: {error}; nothing was changed. Removing the file lets the node start: \
+                     it records the roster's node count again (check first that the roster has \
+                     the nodes this cluster was formed with)",
+                    path.display()
+                )
+            };
+            let file = intact(&bytes).map_err(refused)?;
+            let standalone = file.replicas == 1 || roster == 1;
+            if !standalone && file.cluster != cluster {
+                return Err(refused(another_cluster(file.cluster, cluster)));
+            }
+            judge(file.replicas, roster).map(|()| Recorded::Agrees)
+        }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             iggy_storage::fail_stop::write_atomically_blocking(&path, &encode(cluster, roster));
             Ok(Recorded::Written)
@@ -128,33 +143,17 @@ pub fn check_or_record(dir: &Path, cluster: u128, roster: u8) -> Result<Recorded
     }
 }
 
-/// [`check_or_record`]'s judgement alone, writing nothing, for a record that is there and
-/// intact: the start judges it before any other record of the directory, so a standalone
-/// node's directory started as a cluster node (or the reverse) is refused for that, not for a
-/// journal that names another cluster (a standalone node runs under the default name).
-pub fn judge_recorded(dir: &Path, cluster: u128, roster: u8) -> Result<(), String> {
-    let path = dir.join(CLUSTER_REPLICAS_FILE);
-    match std::fs::read(&path) {
-        Ok(bytes) if intact(&bytes).is_ok() => judge_file(&path, &bytes, cluster, roster),
+/// A standalone node's history started in a cluster, or a cluster node's started alone, as an
+/// intact record says, judged before any other record of the directory (writing nothing): its
+/// journal names another cluster too (a standalone node runs under the default name), which
+/// would hide the reason and its fix. Anything else is left to [`check_or_record`] and to the
+/// checks of the journal and view file, which name a changed `cluster.name`.
+pub fn judge_standalone_change(dir: &Path, roster: u8) -> Result<(), String> {
+    let bytes = std::fs::read(dir.join(CLUSTER_REPLICAS_FILE)).unwrap_or_default();
+    match intact(&bytes) {
+        Ok(file) if (file.replicas == 1) != (roster == 1) => judge(file.replicas, roster),
         _ => Ok(()),
     }
-}
-
-fn judge_file(path: &Path, bytes: &[u8], cluster: u128, roster: u8) -> Result<(), String> {
-    let refused = |error: String| {
-        format!(
-            "{}: {error}; nothing was changed. Removing the file lets the node start: it \
-             records the roster's node count again (check first that the roster has the nodes \
-             this cluster was formed with)",
-            path.display()
-        )
-    };
-    let file = intact(bytes).map_err(refused)?;
-    let standalone = file.replicas == 1 || roster == 1;
-    if !standalone && file.cluster != cluster {
-        return Err(refused(another_cluster(file.cluster, cluster)));
-    }
-    judge(file.replicas, roster)
 }
 
 #[cfg(test)]
