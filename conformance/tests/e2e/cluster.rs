@@ -4162,10 +4162,10 @@ async fn sends_racing_the_deletion_of_their_partition_are_not_left_uncertain() {
     assert!(uncertain.is_empty(), "sends left uncertain: {uncertain:?}");
 }
 
-/// Reads racing deletes in a cluster: a stream's or topic's details wait there for its
-/// partitions' figures, then read the model again, and a delete committed in between panicked the
-/// metadata primary (exit 70), then the next one (the SDK reads through each in turn): two of three
-/// nodes stopped within seconds. They answer "not found" now.
+/// Reads racing deletes in a cluster: a stream's or topic's details and a stream's topic list wait
+/// there for its partitions' figures, then read the model again, and a delete committed in between
+/// panicked the metadata primary (exit 70), then the next one (the SDK reads through each in
+/// turn): two of three nodes stopped within seconds. They answer "not found" now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_racing_the_deletion_of_their_topic_or_stream_stop_no_node() {
     let cluster = TestCluster::start(3);
@@ -4196,6 +4196,7 @@ async fn reads_racing_the_deletion_of_their_topic_or_stream_stop_no_node() {
             while !stop.load(Ordering::SeqCst) {
                 let _ = within("get topic", reader.get_topic(&stream, &topic)).await;
                 let _ = within("get stream", reader.get_stream(&stream)).await;
+                let _ = within("get topics", reader.get_topics(&stream)).await;
             }
         }
     });

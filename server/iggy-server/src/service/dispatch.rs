@@ -2003,9 +2003,8 @@ async fn non_replicated(
         }
         301 => {
             let r: StreamIdRequest = decode(body)?;
-            let found = (node.shared.metadata.borrow())
-                .stream(&ident(&r.stream_id)?)
-                .map(|s| s.id);
+            let named = ident(&r.stream_id)?;
+            let found = (node.shared.metadata.borrow()).stream(&named).map(|s| s.id);
             // A missing stream is judged first as if it existed (see `judged_miss`).
             let stream = found.map_err(|missing| match copy_is_latest(node) {
                 true => judge(Need::ReadTopics(iggy_metadata::permissions::NO_SUCH_ID))
@@ -2014,13 +2013,27 @@ async fn non_replicated(
                 false => missing,
             })?;
             figures_current(node, |(s, _, _)| s == stream).await;
-            let reply = model_replies::topic_list(
-                &node.shared.metadata.borrow(),
-                &*node.shared,
-                stream,
-                codec,
-            );
-            metadata_read(Need::ReadTopics(stream), Some(reply))
+            // Resolved again: a delete may have committed during the wait.
+            let listed = {
+                let metadata = node.shared.metadata.borrow();
+                match metadata.stream(&named) {
+                    Ok(again) if again.id == stream => Ok(model_replies::topic_list(
+                        &metadata,
+                        &*node.shared,
+                        stream,
+                        codec,
+                    )),
+                    Ok(_) => Err(ErrorCode::StreamIdNotFound),
+                    Err(missing) => Err(missing),
+                }
+            };
+            match listed {
+                Ok(reply) => metadata_read(Need::ReadTopics(stream), Some(reply)),
+                Err(missing) => {
+                    judge(Need::ReadTopics(stream))?;
+                    Err(missing)
+                }
+            }
         }
         105 => {
             let r: GetPartitionRouteRequest = decode(body)?;
